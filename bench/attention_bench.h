@@ -1,0 +1,69 @@
+// qdec decode-attention benchmark: the shapes of seed 000's table (B in {32..512}, T = 8192, 8 query heads,
+// 1 KV head, head_dim 128), long context (B = 1, 32/8 heads, T in {32K, 128K}) and a SmolLM2-like case
+// (9/3 heads, head_dim 64, B = 64, T = 4096), for every KV-cache format, against a read-bandwidth ceiling
+// measured in the same run. Shared by the `bench_attention` binary and `qdec bench attention`;
+// bench/README.md explains the columns and the JSON.
+//
+// The header is plain C++ (no CUDA, no CLI11) so the CLI can include it; add_attention_bench_options() is a
+// template so that it binds to CLI11 only where the caller already includes it.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace qdec::bench {
+
+struct AttentionBenchOptions {
+  // Comma list of cache formats (docs/formats.md names). "K/V" gives K and V different formats
+  // (e.g. "int8-g32/int4-g4"). "all" = every format of qdec::all_kv_formats() plus int8-g32/int4-g4.
+  // bf16 always runs first in every shape: it is the baseline of the "x BF16" column.
+  std::string formats = "all";
+  // Comma list of shape families: seed000, long, smollm2, all.
+  std::string shapes = "all";
+  // Batch sizes of the seed000 family; empty = 32,64,128,256,512.
+  std::vector<int> batch;
+  int iters = 30;      // timed launches per case, each timed on its own
+  int warmup = 5;      // untimed launches per case before the timed ones
+  int num_splits = 0;  // 0 = the library's choice; >= 1 forces a split-K count
+  int page_size = 64;  // tokens per tile
+  // Random sequence lengths in [T/2, T] (one draw per shape, shared by all formats) instead of all T.
+  bool unequal = false;
+  // Before timing, run every (shape heads, format) on a small problem and compare with the float64 CPU
+  // reference on the dequantized cache; a mismatch fails the run.
+  bool check = false;
+  uint64_t seed = 0x5eed000;  // cache and query contents, unequal lengths
+  int device = 0;
+  std::string json_path;  // empty = no JSON
+};
+
+// Runs the benchmark, writing the human table to `table_out` (errors go to stderr). Returns a process exit
+// code: 0 success, 1 failure (a CUDA error, a qdec Status error other than Unsupported, a failed check, a
+// non-finite output, bad options), 2 no CUDA device. A (shape, format) the library reports Unsupported is
+// listed as such in the table and the JSON and does not fail the run.
+int run_attention_bench(const AttentionBenchOptions& opts, std::ostream& table_out);
+
+// Registers the options on a CLI11 app or subcommand (App = CLI::App).
+template <class App>
+void add_attention_bench_options(App* app, AttentionBenchOptions* o) {
+  app->add_option("--formats", o->formats,
+                  "Comma list of KV formats, 'K/V' for a mixed pair, or 'all' (bf16 always runs first)")
+      ->capture_default_str();
+  app->add_option("--shapes", o->shapes, "Comma list of shape families: seed000, long, smollm2, all")
+      ->capture_default_str();
+  app->add_option("--batch", o->batch, "Batch sizes for seed000 (comma list; default 32,64,128,256,512)")
+      ->delimiter(',');
+  app->add_option("--iters", o->iters, "Timed iterations per case (median and min are reported)")
+      ->capture_default_str();
+  app->add_option("--warmup", o->warmup, "Untimed warm-up launches per case")->capture_default_str();
+  app->add_option("--splits", o->num_splits, "Force the split-K count (0 = automatic)")->capture_default_str();
+  app->add_option("--page-size", o->page_size, "Tokens per tile (power of two, 16..256)")->capture_default_str();
+  app->add_flag("--unequal", o->unequal, "Random sequence lengths in [T/2, T] instead of all equal to T");
+  app->add_flag("--check", o->check, "Check every format against the CPU reference on a small problem first");
+  app->add_option("--seed", o->seed, "Seed of the random cache contents and lengths")->capture_default_str();
+  app->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
+  app->add_option("--json", o->json_path, "Write every case, the device and the ceilings to this JSON file");
+}
+
+}  // namespace qdec::bench

@@ -1,0 +1,85 @@
+// Fused GQA decode attention over a quantized KV cache: O = softmax(Q K^T * sm_scale) V for one query
+// token per sequence.
+//
+//   Q, O      [batch, num_qo_heads, head_dim]   bf16 or fp16 (same dtype for both)
+//   K, V      tiles (docs/formats.md) addressed through a page index:
+//               page = block_table ? block_table[b * max_pages_per_seq + t / page_size]
+//                                  : b * max_pages_per_seq + t / page_size        (contiguous cache)
+//               K tile of (page, h) = k_cache + page * k_page_stride_bytes + h * k_tile_bytes
+//               (V likewise); a paged pool can put K and V of a page in one allocation
+//   seq_lens  [batch] int32 on the device (and the same values on the host, for validation and planning)
+//   lse       optional [batch, num_qo_heads] float: natural-log sum of exp of the scaled scores
+//
+// group_size = num_qo_heads / num_kv_heads query heads share one KV head; query head q uses KV head
+// q / group_size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "qdec/formats.h"
+#include "qdec/status.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace qdec {
+
+enum class DType : uint8_t { kBF16 = 0, kFP16 };
+const char* dtype_name(DType d);
+
+struct DecodeAttentionParams {
+  // Problem.
+  int batch = 0;
+  int num_qo_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float sm_scale = 0.0f;  // 0 means 1/sqrt(head_dim)
+  DType q_dtype = DType::kBF16;
+
+  // Cache.
+  KvFormat k_format;
+  KvFormat v_format;
+  int page_size = 64;             // tokens per tile, a power of two in 16..256
+  int max_pages_per_seq = 0;      // pages reserved per sequence (contiguous: ceil(t_max / page_size))
+  int num_pages = 0;              // pages in the pool (contiguous: batch * max_pages_per_seq)
+  size_t k_page_stride_bytes = 0; // bytes between consecutive pages of k_cache (>= num_kv_heads * K tile)
+  size_t v_page_stride_bytes = 0; // bytes between consecutive pages of v_cache (>= num_kv_heads * V tile)
+  const void* k_cache = nullptr;  // device, 16-byte aligned
+  const void* v_cache = nullptr;  // device, 16-byte aligned
+  const int32_t* block_table = nullptr;  // device [batch, max_pages_per_seq]; nullptr = contiguous
+
+  // Lengths.
+  const int32_t* seq_lens = nullptr;       // device [batch], each in 1..max_pages_per_seq * page_size
+  const int32_t* seq_lens_host = nullptr;  // host copy of the same values (validated, used for planning)
+
+  // Tensors (device).
+  const void* q = nullptr;  // [batch, num_qo_heads, head_dim], 16-byte aligned
+  void* o = nullptr;        // [batch, num_qo_heads, head_dim], 16-byte aligned
+  float* lse = nullptr;     // optional [batch, num_qo_heads]
+
+  // Split-K over the sequence: 0 = automatic (occupancy and length), >= 1 = forced.
+  int num_splits = 0;
+  // Workspace for split partials (device); decode_attention_workspace_bytes() says how much.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// Bytes of device workspace the call needs (0 when it will not split).
+Status decode_attention_workspace_bytes(const DecodeAttentionParams& p, size_t* bytes);
+// The split count the call will use (after validation).
+Status decode_attention_num_splits(const DecodeAttentionParams& p, int* num_splits);
+// Validate, then launch on `stream`. On error nothing is launched.
+Status decode_attention(const DecodeAttentionParams& p, cudaStream_t stream);
+
+// Helpers to fill the cache fields of params for a contiguous cache (separate K and V buffers).
+void set_contiguous_cache(DecodeAttentionParams* p, const ContiguousKvLayout& k_layout, const void* k_cache,
+                          const ContiguousKvLayout& v_layout, const void* v_cache);
+
+// ---- CPU reference ----------------------------------------------------------------------------------
+// float64 decode attention on dequantized K/V [batch][t_max][num_kv_heads][head_dim] (tokens >= seq_lens[b]
+// ignored), Q [batch][num_qo_heads][head_dim]; O same shape; lse [batch][num_qo_heads] (natural log).
+void decode_attention_reference(int batch, int num_qo_heads, int num_kv_heads, int head_dim, int t_max,
+                                double sm_scale, const double* q, const double* k, const double* v,
+                                const int32_t* seq_lens, double* o, double* lse);
+
+}  // namespace qdec

@@ -1,0 +1,275 @@
+// Host side of decode attention: validation (everything checked before anything is launched), kernel
+// lookup in the dispatch list, split-count planning from occupancy and sequence length, and the launches.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "attention/decode_dispatch.h"
+#include "attention/decode_kernel.cuh"
+#include "attention/decode_merge.h"
+#include "qdec/attention.h"
+#include "runtime/cuda_check.h"
+
+namespace qdec {
+
+const char* dtype_name(DType d) { return d == DType::kBF16 ? "bf16" : "fp16"; }
+
+namespace {
+
+using attention::DecodeKernelInfo;
+
+Status invalid(std::string msg) { return Status(StatusCode::kInvalidArgument, std::move(msg)); }
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+const char* kSupportedPairs =
+    "matching pairs of bf16 fp16 fp8e4m3 fp8e5m2 int8 int8-g64 int8-g32 int4 int4-g2 int4-g4 int4-g8 "
+    "(int4-g8 needs head_dim 128), and int8 K with int4 V as (int8, int4) or (int8-g32, int4-g4)";
+
+const DecodeKernelInfo* find_kernel(KvKind kk, int kg, KvKind vk, int vg, int head_dim) {
+  for (auto list : {attention::decode_kernels_16bit(), attention::decode_kernels_fp8(),
+                    attention::decode_kernels_int8(), attention::decode_kernels_int4()}) {
+    for (const auto& e : list) {
+      if (e.k_kind == kk && e.k_groups == kg && e.v_kind == vk && e.v_groups == vg && e.head_dim == head_dim)
+        return &e;
+    }
+  }
+  return nullptr;
+}
+
+struct Plan {
+  const DecodeKernelInfo* kernel = nullptr;
+  int num_splits = 1;
+  int max_len = 0;
+  size_t workspace_bytes = 0;
+};
+
+// Resident CTAs per SM for a kernel (after raising its shared-memory limit), cached.
+Status kernel_occupancy(const DecodeKernelInfo& k, int* blocks_per_sm) {
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, int> cache;
+  int dev = 0;
+  QDEC_CUDA_RETURN(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find({dev, k.func});
+  if (it != cache.end()) {
+    *blocks_per_sm = it->second;
+    return Status::Ok();
+  }
+  QDEC_CUDA_RETURN(cudaFuncSetAttribute(k.func, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem_bytes));
+  int n = 0;
+  QDEC_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k.func, attention::kThreads, k.smem_bytes));
+  if (n < 1) {
+    return Status(StatusCode::kUnsupported, "decode kernel for head_dim " + std::to_string(k.head_dim) +
+                                                " cannot be resident on this device (shared memory " +
+                                                std::to_string(k.smem_bytes) + " bytes)");
+  }
+  cache[{dev, k.func}] = n;
+  *blocks_per_sm = n;
+  return Status::Ok();
+}
+
+// Split count: enough CTAs to fill every resident slot, choosing the count whose last wave is fullest
+// (a CTA per (sequence, kv head) and split); each split keeps >= 4 pipeline stages of work.
+int choose_splits(int ctas, int slots, int max_len) {
+  const int stage = attention::kStageTokens;
+  const int max_splits = std::max(1, std::min(256, max_len / (4 * stage)));
+  int best = 1;
+  double best_eff = 0.0;
+  for (int s = 1; s <= max_splits; ++s) {
+    const long long work = static_cast<long long>(ctas) * s;
+    const long long waves = (work + slots - 1) / slots;
+    const double eff = static_cast<double>(work) / static_cast<double>(waves * slots);
+    if (eff > best_eff * 1.02) {
+      best_eff = eff;
+      best = s;
+    }
+  }
+  return best;
+}
+
+Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
+  if (p.batch < 1) return invalid("batch " + std::to_string(p.batch) + " must be >= 1");
+  if (p.num_qo_heads < 1) return invalid("num_qo_heads " + std::to_string(p.num_qo_heads) + " must be >= 1");
+  if (p.num_kv_heads < 1) return invalid("num_kv_heads " + std::to_string(p.num_kv_heads) + " must be >= 1");
+  if (p.num_qo_heads % p.num_kv_heads != 0)
+    return invalid("num_qo_heads " + std::to_string(p.num_qo_heads) + " is not a multiple of num_kv_heads " +
+                   std::to_string(p.num_kv_heads));
+  if (p.batch > 65535) return invalid("batch " + std::to_string(p.batch) + " exceeds the grid limit 65535");
+  if (p.num_kv_heads > 65535)
+    return invalid("num_kv_heads " + std::to_string(p.num_kv_heads) + " exceeds the grid limit 65535");
+  const int group_size = p.num_qo_heads / p.num_kv_heads;
+  if (group_size > 16)
+    return Status(StatusCode::kUnsupported,
+                  "group_size " + std::to_string(group_size) + " (num_qo_heads / num_kv_heads) exceeds 16");
+  if (p.head_dim != 64 && p.head_dim != 128)
+    return Status(StatusCode::kUnsupported,
+                  "head_dim " + std::to_string(p.head_dim) + " is not supported (supported: 64, 128)");
+  if (!(p.sm_scale >= 0.0f) || !std::isfinite(p.sm_scale))
+    return invalid("sm_scale " + std::to_string(p.sm_scale) + " must be finite and >= 0 (0 = 1/sqrt(head_dim))");
+  QDEC_RETURN_IF_ERROR(validate_kv_format(p.k_format, p.head_dim));
+  QDEC_RETURN_IF_ERROR(validate_kv_format(p.v_format, p.head_dim));
+  const bool k16 = p.k_format.kind == KvKind::kBF16 || p.k_format.kind == KvKind::kFP16;
+  const bool v16 = p.v_format.kind == KvKind::kBF16 || p.v_format.kind == KvKind::kFP16;
+  if ((k16 || v16) && !(p.k_format == p.v_format))
+    return invalid("k_format " + p.k_format.name() + " and v_format " + p.v_format.name() +
+                   " do not match (16-bit caches need the same format for K and V)");
+  if (p.k_format.kind == KvKind::kBF16 && p.q_dtype != DType::kBF16)
+    return invalid(std::string("q_dtype ") + dtype_name(p.q_dtype) + " does not match the bf16 cache (needs bf16)");
+  if (p.k_format.kind == KvKind::kFP16 && p.q_dtype != DType::kFP16)
+    return invalid(std::string("q_dtype ") + dtype_name(p.q_dtype) + " does not match the fp16 cache (needs fp16)");
+  const int kg = kv_groups(p.k_format, p.head_dim), vg = kv_groups(p.v_format, p.head_dim);
+  plan->kernel = find_kernel(p.k_format.kind, kg, p.v_format.kind, vg, p.head_dim);
+  if (!plan->kernel)
+    return Status(StatusCode::kUnsupported, "K/V format pair (" + p.k_format.name() + ", " + p.v_format.name() +
+                                                ") at head_dim " + std::to_string(p.head_dim) +
+                                                " is not compiled; supported: " + kSupportedPairs);
+  if (p.page_size < 16 || p.page_size > 256 || (p.page_size & (p.page_size - 1)) != 0)
+    return invalid("page_size " + std::to_string(p.page_size) + " must be a power of two in 16..256");
+  if (p.max_pages_per_seq < 1)
+    return invalid("max_pages_per_seq " + std::to_string(p.max_pages_per_seq) + " must be >= 1");
+  const KvTileLayout kt{p.k_format, p.head_dim, p.page_size}, vt{p.v_format, p.head_dim, p.page_size};
+  const size_t k_page_min = kt.tile_bytes() * p.num_kv_heads, v_page_min = vt.tile_bytes() * p.num_kv_heads;
+  if (p.k_page_stride_bytes < k_page_min || p.k_page_stride_bytes % 16 != 0)
+    return invalid("k_page_stride_bytes " + std::to_string(p.k_page_stride_bytes) +
+                   " must be a multiple of 16 and >= num_kv_heads * K tile bytes = " + std::to_string(k_page_min));
+  if (p.v_page_stride_bytes < v_page_min || p.v_page_stride_bytes % 16 != 0)
+    return invalid("v_page_stride_bytes " + std::to_string(p.v_page_stride_bytes) +
+                   " must be a multiple of 16 and >= num_kv_heads * V tile bytes = " + std::to_string(v_page_min));
+  if (!p.block_table && p.num_pages != 0 &&
+      static_cast<long long>(p.num_pages) < static_cast<long long>(p.batch) * p.max_pages_per_seq)
+    return invalid("num_pages " + std::to_string(p.num_pages) + " is smaller than batch * max_pages_per_seq = " +
+                   std::to_string(static_cast<long long>(p.batch) * p.max_pages_per_seq) + " for a contiguous cache");
+  struct NamedPtr {
+    const char* name;
+    const void* ptr;
+    bool need16;
+  };
+  for (const NamedPtr& np : {NamedPtr{"q", p.q, true}, NamedPtr{"o", p.o, true}, NamedPtr{"k_cache", p.k_cache, true},
+                             NamedPtr{"v_cache", p.v_cache, true}, NamedPtr{"seq_lens", p.seq_lens, false},
+                             NamedPtr{"seq_lens_host", p.seq_lens_host, false}}) {
+    if (!np.ptr) return invalid(std::string(np.name) + " is null");
+    if (np.need16 && !aligned16(np.ptr)) return invalid(std::string(np.name) + " is not 16-byte aligned");
+  }
+  if ((reinterpret_cast<uintptr_t>(p.seq_lens) & 3u) != 0) return invalid("seq_lens is not 4-byte aligned");
+  if (p.lse && (reinterpret_cast<uintptr_t>(p.lse) & 3u) != 0) return invalid("lse is not 4-byte aligned");
+  if (p.block_table && (reinterpret_cast<uintptr_t>(p.block_table) & 3u) != 0)
+    return invalid("block_table is not 4-byte aligned");
+  const int t_cap = p.max_pages_per_seq * p.page_size;
+  int max_len = 0;
+  for (int b = 0; b < p.batch; ++b) {
+    const int len = p.seq_lens_host[b];
+    if (len < 1 || len > t_cap)
+      return invalid("seq_lens[" + std::to_string(b) + "] = " + std::to_string(len) + " is outside 1.." +
+                     std::to_string(t_cap) + " (max_pages_per_seq * page_size)");
+    max_len = std::max(max_len, len);
+  }
+  plan->max_len = max_len;
+  if (p.num_splits < 0 || p.num_splits > 1024)
+    return invalid("num_splits " + std::to_string(p.num_splits) + " must be in 0..1024 (0 = automatic)");
+
+  if (p.num_splits > 0) {
+    plan->num_splits = p.num_splits;
+  } else {
+    DeviceInfo dev;
+    QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+    int occ = 0;
+    QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan->kernel, &occ));
+    plan->num_splits = choose_splits(p.batch * p.num_kv_heads, dev.sm_count * occ, max_len);
+  }
+  plan->workspace_bytes = plan->num_splits > 1 ? static_cast<size_t>(p.batch) * p.num_qo_heads *
+                                                     plan->num_splits * (p.head_dim + 1) * sizeof(float) +
+                                                     256
+                                               : 0;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status decode_attention_workspace_bytes(const DecodeAttentionParams& p, size_t* bytes) {
+  Plan plan;
+  QDEC_RETURN_IF_ERROR(validate_and_plan(p, &plan));
+  *bytes = plan.workspace_bytes;
+  return Status::Ok();
+}
+
+Status decode_attention_num_splits(const DecodeAttentionParams& p, int* num_splits) {
+  Plan plan;
+  QDEC_RETURN_IF_ERROR(validate_and_plan(p, &plan));
+  *num_splits = plan.num_splits;
+  return Status::Ok();
+}
+
+Status decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
+  Plan plan;
+  QDEC_RETURN_IF_ERROR(validate_and_plan(p, &plan));
+  float* part_o = nullptr;
+  float* part_lse = nullptr;
+  if (plan.num_splits > 1) {
+    if (!p.workspace || p.workspace_bytes < plan.workspace_bytes)
+      return Status(StatusCode::kOutOfMemory,
+                    "workspace of " + std::to_string(p.workspace_bytes) + " bytes is too small: " +
+                        std::to_string(plan.num_splits) + " splits need " + std::to_string(plan.workspace_bytes));
+    if (!aligned16(p.workspace)) return invalid("workspace is not 16-byte aligned");
+    part_o = static_cast<float*>(p.workspace);
+    const size_t o_elems = static_cast<size_t>(p.batch) * p.num_qo_heads * plan.num_splits * p.head_dim;
+    part_lse = part_o + ((o_elems + 63) / 64) * 64;
+  }
+  int occ = 0;  // also raises the kernel's shared-memory limit (once per device)
+  QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan.kernel, &occ));
+
+  attention::DecodeKernelParams kp{};
+  kp.k_cache = static_cast<const uint8_t*>(p.k_cache);
+  kp.v_cache = static_cast<const uint8_t*>(p.v_cache);
+  kp.block_table = p.block_table;
+  kp.seq_lens = p.seq_lens;
+  kp.q = p.q;
+  kp.o = p.o;
+  kp.lse = p.lse;
+  kp.part_o = part_o;
+  kp.part_lse = part_lse;
+  kp.k_page_stride = static_cast<long long>(p.k_page_stride_bytes);
+  kp.v_page_stride = static_cast<long long>(p.v_page_stride_bytes);
+  kp.k_tile_bytes = static_cast<int>(KvTileLayout{p.k_format, p.head_dim, p.page_size}.tile_bytes());
+  kp.v_tile_bytes = static_cast<int>(KvTileLayout{p.v_format, p.head_dim, p.page_size}.tile_bytes());
+  kp.page_size_log2 = 0;
+  while ((1 << kp.page_size_log2) < p.page_size) ++kp.page_size_log2;
+  kp.max_pages_per_seq = p.max_pages_per_seq;
+  kp.num_qo_heads = p.num_qo_heads;
+  kp.group_size = p.num_qo_heads / p.num_kv_heads;
+  kp.num_splits = plan.num_splits;
+  const float sm_scale = p.sm_scale > 0.f ? p.sm_scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  kp.sm_scale_log2 = sm_scale * 1.4426950408889634f;
+  kp.q_is_fp16 = p.q_dtype == DType::kFP16 ? 1 : 0;
+
+  dim3 grid(plan.num_splits, p.num_kv_heads, p.batch);
+  void* args[] = {&kp};
+  QDEC_CUDA_RETURN(cudaLaunchKernel(plan.kernel->func, grid, dim3(attention::kThreads), args,
+                                    static_cast<size_t>(plan.kernel->smem_bytes), stream));
+  if (plan.num_splits > 1) {
+    QDEC_RETURN_IF_ERROR(attention::launch_decode_merge(part_o, part_lse, p.o, p.lse, p.batch * p.num_qo_heads,
+                                                        plan.num_splits, p.head_dim, kp.q_is_fp16 != 0, stream));
+  }
+  return Status::Ok();
+}
+
+void set_contiguous_cache(DecodeAttentionParams* p, const ContiguousKvLayout& k_layout, const void* k_cache,
+                          const ContiguousKvLayout& v_layout, const void* v_cache) {
+  p->k_format = k_layout.tile.format;
+  p->v_format = v_layout.tile.format;
+  p->head_dim = k_layout.tile.head_dim;
+  p->page_size = k_layout.tile.page_size;
+  p->max_pages_per_seq = k_layout.pages_per_seq();
+  p->num_pages = k_layout.batch * k_layout.pages_per_seq();
+  p->k_page_stride_bytes = k_layout.page_bytes();
+  p->v_page_stride_bytes = v_layout.page_bytes();
+  p->k_cache = k_cache;
+  p->v_cache = v_cache;
+  p->block_table = nullptr;
+}
+
+}  // namespace qdec

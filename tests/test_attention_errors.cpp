@@ -1,0 +1,130 @@
+// Bad input to decode_attention returns an error naming the offending value and launches nothing.
+// Validation runs before any device work, so these tests run without a GPU (forced split counts keep the
+// planner off the device); the "launches nothing" check needs one.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpu_util.h"
+#include "qdec/attention.h"
+
+namespace qdec {
+namespace {
+
+// A valid problem with fake (never dereferenced) device pointers.
+struct Fixture {
+  std::vector<int32_t> lens{5, 100};
+  alignas(16) uint8_t fake[64] = {};
+  DecodeAttentionParams p;
+  Fixture() {
+    p.batch = 2;
+    p.num_qo_heads = 8;
+    p.num_kv_heads = 2;
+    p.q_dtype = DType::kBF16;
+    const ContiguousKvLayout kl{{KvFormat::int4(4), 128, 64}, 2, 128, 2};
+    set_contiguous_cache(&p, kl, fake, kl, fake);
+    p.seq_lens = reinterpret_cast<const int32_t*>(fake);
+    p.seq_lens_host = lens.data();
+    p.q = fake;
+    p.o = fake + 16;
+    p.num_splits = 1;
+  }
+};
+
+void expect_error(const std::function<void(Fixture&)>& mutate, StatusCode code, const std::string& needle) {
+  Fixture f;
+  mutate(f);
+  const Status s = decode_attention(f.p, nullptr);
+  EXPECT_FALSE(s.ok()) << "expected an error containing '" << needle << "'";
+  EXPECT_EQ(s.code(), code) << s.to_string();
+  EXPECT_NE(s.message().find(needle), std::string::npos) << "message: " << s.message();
+}
+
+TEST(DecodeErrors, GroupSizeNotDividing) {
+  expect_error([](Fixture& f) { f.p.num_qo_heads = 7; }, StatusCode::kInvalidArgument, "num_qo_heads 7");
+}
+TEST(DecodeErrors, GroupSizeTooLarge) {
+  expect_error([](Fixture& f) { f.p.num_qo_heads = 34; }, StatusCode::kUnsupported, "group_size 17");
+}
+TEST(DecodeErrors, UnsupportedHeadDim) {
+  expect_error([](Fixture& f) { f.p.head_dim = 96; }, StatusCode::kUnsupported, "head_dim 96");
+  expect_error([](Fixture& f) { f.p.head_dim = 256; }, StatusCode::kUnsupported, "head_dim 256");
+}
+TEST(DecodeErrors, SeqLenZero) {
+  expect_error([](Fixture& f) { f.lens[1] = 0; }, StatusCode::kInvalidArgument, "seq_lens[1] = 0");
+}
+TEST(DecodeErrors, SeqLenBeyondTmax) {
+  expect_error([](Fixture& f) { f.lens[0] = 129; }, StatusCode::kInvalidArgument, "seq_lens[0] = 129");
+}
+TEST(DecodeErrors, NullPointers) {
+  expect_error([](Fixture& f) { f.p.q = nullptr; }, StatusCode::kInvalidArgument, "q is null");
+  expect_error([](Fixture& f) { f.p.o = nullptr; }, StatusCode::kInvalidArgument, "o is null");
+  expect_error([](Fixture& f) { f.p.k_cache = nullptr; }, StatusCode::kInvalidArgument, "k_cache is null");
+  expect_error([](Fixture& f) { f.p.v_cache = nullptr; }, StatusCode::kInvalidArgument, "v_cache is null");
+  expect_error([](Fixture& f) { f.p.seq_lens = nullptr; }, StatusCode::kInvalidArgument, "seq_lens is null");
+  expect_error([](Fixture& f) { f.p.seq_lens_host = nullptr; }, StatusCode::kInvalidArgument,
+               "seq_lens_host is null");
+}
+TEST(DecodeErrors, MisalignedPointers) {
+  expect_error([](Fixture& f) { f.p.q = f.fake + 2; }, StatusCode::kInvalidArgument, "q is not 16-byte aligned");
+  expect_error([](Fixture& f) { f.p.k_cache = f.fake + 8; }, StatusCode::kInvalidArgument,
+               "k_cache is not 16-byte aligned");
+  expect_error([](Fixture& f) { f.p.o = f.fake + 4; }, StatusCode::kInvalidArgument, "o is not 16-byte aligned");
+}
+TEST(DecodeErrors, MismatchedFormats) {
+  expect_error([](Fixture& f) {
+    f.p.k_format = KvFormat::bf16();
+    f.p.v_format = KvFormat::int8(0);
+  }, StatusCode::kInvalidArgument, "k_format bf16 and v_format int8");
+  expect_error([](Fixture& f) {
+    f.p.k_format = f.p.v_format = KvFormat::fp16();
+    f.p.q_dtype = DType::kBF16;
+  }, StatusCode::kInvalidArgument, "q_dtype bf16");
+  expect_error([](Fixture& f) {
+    f.p.k_format = KvFormat::int4(1);
+    f.p.v_format = KvFormat::int8(32);
+  }, StatusCode::kUnsupported, "(int4, int8-g32)");
+}
+TEST(DecodeErrors, Int4EightGroupsNeedsHeadDim128) {
+  expect_error([](Fixture& f) {
+    f.p.head_dim = 64;
+    f.p.k_format = f.p.v_format = KvFormat::int4(8);
+    f.p.k_page_stride_bytes = f.p.v_page_stride_bytes = 1 << 20;
+  }, StatusCode::kUnsupported, "(int4-g8, int4-g8) at head_dim 64");
+}
+TEST(DecodeErrors, BadPageSize) {
+  expect_error([](Fixture& f) { f.p.page_size = 48; }, StatusCode::kInvalidArgument, "page_size 48");
+  expect_error([](Fixture& f) { f.p.page_size = 8; }, StatusCode::kInvalidArgument, "page_size 8");
+}
+TEST(DecodeErrors, BadSplitsAndStride) {
+  expect_error([](Fixture& f) { f.p.num_splits = -1; }, StatusCode::kInvalidArgument, "num_splits -1");
+  expect_error([](Fixture& f) { f.p.k_page_stride_bytes = 100; }, StatusCode::kInvalidArgument,
+               "k_page_stride_bytes 100");
+  expect_error([](Fixture& f) { f.p.batch = 0; }, StatusCode::kInvalidArgument, "batch 0");
+  expect_error([](Fixture& f) { f.p.sm_scale = -1.f; }, StatusCode::kInvalidArgument, "sm_scale");
+}
+TEST(DecodeErrors, WorkspaceTooSmall) {
+  expect_error([](Fixture& f) { f.p.num_splits = 4; }, StatusCode::kOutOfMemory, "workspace of 0 bytes");
+}
+
+// On a GPU: a rejected call leaves the output untouched (nothing was launched).
+TEST(DecodeErrors, RejectedCallLaunchesNothing) {
+  QDEC_SKIP_WITHOUT_GPU();
+  test::DeviceBuffer out(2 * 8 * 128 * 2);
+  QDEC_CUDA_CHECK(cudaMemset(out.get(), 0x5A, out.bytes()));
+  Fixture f;
+  f.p.o = out.get();
+  f.lens[0] = 0;  // invalid
+  EXPECT_FALSE(decode_attention(f.p, nullptr).ok());
+  QDEC_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint8_t> host(out.bytes());
+  QDEC_CUDA_CHECK(cudaMemcpy(host.data(), out.get(), host.size(), cudaMemcpyDeviceToHost));
+  for (uint8_t x : host) ASSERT_EQ(x, 0x5A);
+}
+
+}  // namespace
+}  // namespace qdec
