@@ -868,70 +868,92 @@ void expect_positions(const KvTileLayout& layout, KvRole role, std::initializer_
 }
 
 // Positions derived by hand from docs/formats.md. Lane l = 4g + tig; lane byte x sits at block16 offset
-// (x / 16) * 512 + 16 l + x % 16; a block16 holds 16 * data_bytes_per_row bytes.
+// (x / 16) * 512 + 16 l + x % 16; a block16 holds 16 * data_bytes_per_row bytes. Fragment f covers dims
+// 16f .. 16f+15; slot s = 2r + hi is the value's place in it (R0.lo, R0.hi, .., R3.hi).
 TEST(TileLayout, HandPositions) {
-  // K, 4-bit, D=128 (lane_bytes 32, block16 1024 bytes). Token 0 dim 0: g 0, tig 0, fragment 0 R0.lo ->
-  // word 0 nibble 0. Dim 1: R0.hi -> nibble 4 (byte 2). Dim 8: R1.lo -> nibble 1. Token 8: n-tile 1 ->
-  // fragment 1, whose R0.lo is register 2 of the word -> nibble 2 (byte 1 low).
+  // K, 4-bit, D=128 (lane_bytes 32, block16 1024 bytes). K is the A operand (m = token, k = dim): register r
+  // holds token g + 8 (r & 1), dims 16f + 2tig + 8 (r >> 1) + hi. Fragment f is word f (lane byte 4f);
+  // nibble i = r + 4 hi. Token 0 dim 0: R0.lo -> nibble 0. Dim 1: R0.hi -> nibble 4 (byte 2 low). Token 8:
+  // R1.lo -> nibble 1 (byte 0 high). Dim 8: R2.lo -> nibble 2 (byte 1 low). Tokens t and t + 8 share a byte.
   expect_positions(KvTileLayout{KvFormat::int4(1), 128, 64}, KvRole::kKey,
                    {{0, 0, 0, 0},
                     {0, 1, 2, 0},
-                    {0, 8, 0, 1},
-                    {0, 9, 2, 1},
-                    {8, 0, 1, 0},
-                    {8, 1, 3, 0},
+                    {8, 0, 0, 1},
+                    {8, 1, 2, 1},
+                    {0, 8, 1, 0},
+                    {0, 9, 3, 0},
                     {8, 8, 1, 1},
                     {8, 9, 3, 1},
                     {0, 2, 16, 0},       // tig 1 -> lane 1
                     {1, 0, 64, 0},       // g 1 -> lane 4
-                    {0, 16, 4, 0},       // k-step 1 -> fragment 2 -> word 1
-                    {0, 64, 512, 0},     // fragment 8 -> word 4 -> lane byte 16 -> chunk 1
-                    {0, 112, 524, 0},    // fragment 14 -> word 7 -> lane byte 28
-                    {15, 127, 1023, 1},  // lane 31, fragment 15 R1.hi -> word 7 nibble 7
+                    {9, 3, 82, 1},       // g 1, tig 1 -> lane 5; R1.hi -> nibble 5 (byte 2 high)
+                    {0, 16, 4, 0},       // k-step 1 -> fragment 1 -> word 1
+                    {0, 24, 5, 0},       // fragment 1 R2.lo -> word 1 nibble 2
+                    {0, 64, 512, 0},     // fragment 4 -> lane byte 16 -> chunk 1
+                    {0, 112, 524, 0},    // fragment 7 -> lane byte 28
+                    {15, 127, 1023, 1},  // lane 31, fragment 7 R3.hi -> word 7 nibble 7
                     {16, 0, 1024, 0},    // block16 1
                     {33, 0, 2112, 0}});  // block16 2, token 1 -> lane 4
-  // V, 4-bit, D=128. Dim 0 tokens 0, 1: lane 0 fragment 0 R0.lo / R0.hi -> nibbles 0 and 4; tokens 8, 9:
-  // R1 -> nibbles 1 and 5. Dim 8: fragment 1 -> nibbles 2 (R0.lo). Tokens 0 and 8 share a byte.
+  // V, 4-bit, D=128. V is the A operand (m = dim, k = token): register r holds dim 16f + g + 8 (r & 1),
+  // tokens 2tig + 8 (r >> 1) + hi. Dim 0 tokens 0, 1: lane 0 R0.lo / R0.hi -> nibbles 0 and 4; tokens 8, 9:
+  // R2 -> nibbles 2 and 6. Dim 8: R1 -> nibble 1. Dims d and d + 8 of a token share a byte.
   expect_positions(KvTileLayout{KvFormat::int4(4), 128, 16}, KvRole::kValue,
                    {{0, 0, 0, 0},
                     {1, 0, 2, 0},
-                    {8, 0, 0, 1},
-                    {9, 0, 2, 1},
-                    {2, 0, 16, 0},
-                    {0, 1, 64, 0},
-                    {0, 8, 1, 0},
+                    {8, 0, 1, 0},
+                    {9, 0, 3, 0},
+                    {0, 8, 0, 1},
+                    {8, 8, 1, 1},
                     {9, 8, 3, 1},
-                    {0, 16, 4, 0},
+                    {2, 0, 16, 0},  // tig 1 -> lane 1
+                    {0, 1, 64, 0},  // g 1 -> lane 4
+                    {0, 16, 4, 0},  // fragment 1 -> word 1
                     {0, 64, 512, 0},
                     {15, 127, 1023, 1}});
-  // K, 16-bit, D=128 (lane_bytes 128, block16 4096 bytes): fragment f at lane offset 8f.
+  // K, 16-bit, D=128 (lane_bytes 128, block16 4096 bytes): fragment f is 16 bytes at lane offset 16f, slot s
+  // at 16f + 2s.
   expect_positions(KvTileLayout{KvFormat::bf16(), 128, 64}, KvRole::kKey,
                    {{0, 0, 0, 0},
                     {0, 1, 2, 0},
-                    {0, 8, 4, 0},
-                    {0, 9, 6, 0},
-                    {8, 0, 8, 0},
+                    {8, 0, 4, 0},   // R1.lo
+                    {0, 8, 8, 0},   // R2.lo
+                    {0, 9, 10, 0},  // R2.hi
+                    {8, 9, 14, 0},  // R3.hi
                     {0, 2, 16, 0},
                     {1, 0, 64, 0},
-                    {0, 16, 512, 0},    // fragment 2 -> lane byte 16 -> chunk 1
-                    {0, 112, 3584, 0},  // fragment 14 -> lane byte 112 -> chunk 7
-                    {0, 120, 3588, 0},  // fragment 14 R1.lo -> lane byte 116
+                    {0, 16, 512, 0},     // fragment 1 -> lane byte 16 -> chunk 1
+                    {0, 112, 3584, 0},   // fragment 7 -> lane byte 112 -> chunk 7
+                    {0, 120, 3592, 0},   // fragment 7 R2.lo -> lane byte 120
+                    {15, 127, 4094, 0},  // lane 31, fragment 7 R3.hi -> lane byte 126
                     {16, 0, 4096, 0}});
   expect_positions(KvTileLayout{KvFormat::fp16(), 128, 16}, KvRole::kValue,
-                   {{0, 0, 0, 0}, {1, 0, 2, 0}, {8, 0, 4, 0}, {9, 0, 6, 0}, {0, 8, 8, 0}, {0, 1, 64, 0}});
-  // K, 8-bit, D=128 (lane_bytes 64): fragment f at lane offset 4f.
+                   {{0, 0, 0, 0},
+                    {1, 0, 2, 0},
+                    {0, 8, 4, 0},  // R1.lo
+                    {8, 0, 8, 0},  // R2.lo
+                    {9, 0, 10, 0},
+                    {0, 1, 64, 0},
+                    {0, 16, 512, 0}});
+  // K, 8-bit, D=128 (lane_bytes 64): fragment f is 8 bytes at lane offset 8f, slot s at 8f + s.
   expect_positions(KvTileLayout{KvFormat::fp8_e4m3(), 128, 64}, KvRole::kKey,
                    {{0, 0, 0, 0},
                     {0, 1, 1, 0},
-                    {0, 8, 2, 0},
-                    {0, 9, 3, 0},
-                    {8, 0, 4, 0},
+                    {8, 0, 2, 0},
+                    {0, 8, 4, 0},
+                    {0, 9, 5, 0},
                     {0, 16, 8, 0},
-                    {0, 32, 512, 0},
-                    {7, 15, 499, 0}});  // g 7, tig 3 -> lane 31, fragment 0 R1.hi -> lane byte 3
-  expect_positions(
-      KvTileLayout{KvFormat::int8(32), 128, 64}, KvRole::kValue,
-      {{0, 0, 0, 0}, {1, 0, 1, 0}, {8, 0, 2, 0}, {9, 0, 3, 0}, {0, 8, 4, 0}, {2, 0, 16, 0}, {0, 1, 64, 0}});
+                    {0, 32, 512, 0},     // fragment 2 -> lane byte 16 -> chunk 1
+                    {7, 15, 501, 0},     // g 7, tig 3 -> lane 31, fragment 0 R2.hi -> lane byte 5
+                    {15, 15, 503, 0}});  // lane 31, R3.hi -> lane byte 7
+  expect_positions(KvTileLayout{KvFormat::int8(32), 128, 64}, KvRole::kValue,
+                   {{0, 0, 0, 0},
+                    {1, 0, 1, 0},
+                    {0, 8, 2, 0},
+                    {8, 0, 4, 0},
+                    {9, 0, 5, 0},
+                    {0, 16, 8, 0},
+                    {2, 0, 16, 0},
+                    {0, 1, 64, 0}});
   // D=64, 4-bit: one 16-byte chunk per lane, block16 512 bytes.
   expect_positions(KvTileLayout{KvFormat::int4(1), 64, 16}, KvRole::kKey, {{0, 48, 12, 0}, {15, 63, 511, 1}});
 

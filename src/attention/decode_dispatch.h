@@ -15,8 +15,8 @@ struct DecodeKernelInfo {
   KvKind v_kind;
   int v_groups;
   int head_dim;
-  const void* func;  // __global__ decode_attention_kernel<...>
-  int smem_bytes;    // dynamic shared memory per CTA
+  const void* func[2];  // __global__ decode_attention_kernel<..., NH> for NH = 1 (group_size <= 8) and 2
+  int smem_bytes;       // dynamic shared memory per CTA
 };
 
 std::span<const DecodeKernelInfo> decode_kernels_16bit();
@@ -26,13 +26,15 @@ std::span<const DecodeKernelInfo> decode_kernels_int4();
 
 }  // namespace qdec::attention
 
-// Entry for decode_attention_kernel<Fmt<KK, KG>, Fmt<VK, VG>, D>.
-#define QDEC_DECODE_ENTRY(KK, KG, VK, VG, D)                                                               \
-  ::qdec::attention::DecodeKernelInfo {                                                                    \
-    ::qdec::KvKind::KK, KG, ::qdec::KvKind::VK, VG, D,                                                     \
-        reinterpret_cast<const void*>(                                                                     \
-            &::qdec::attention::decode_attention_kernel<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>,    \
-                                                        ::qdec::attention::Fmt<::qdec::KvKind::VK, VG>, D>), \
-        ::qdec::attention::DecodeSmem<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>,                      \
-                                      ::qdec::attention::Fmt<::qdec::KvKind::VK, VG>, D>::kBytes           \
+// Entry for decode_attention_kernel<Fmt<KK, KG>, Fmt<VK, VG>, D, NH> (NH = 1 and 2).
+#define QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, NH)                                                         \
+  reinterpret_cast<const void*>(                                                                         \
+      &::qdec::attention::decode_attention_kernel<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>,         \
+                                                  ::qdec::attention::Fmt<::qdec::KvKind::VK, VG>, D, NH>)
+#define QDEC_DECODE_ENTRY(KK, KG, VK, VG, D)                                                              \
+  ::qdec::attention::DecodeKernelInfo {                                                                   \
+    ::qdec::KvKind::KK, KG, ::qdec::KvKind::VK, VG, D,                                                    \
+        {QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 1), QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 2)},             \
+        ::qdec::attention::DecodeSmem<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>,                     \
+                                      ::qdec::attention::Fmt<::qdec::KvKind::VK, VG>, D>::kBytes          \
   }

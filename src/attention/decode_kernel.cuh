@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "qdec/formats.h"
 
@@ -138,18 +139,24 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Fragments f and f+1 (f even) of a lane, converted to MMA registers {f.R0, f.R1, (f+1).R0, (f+1).R1}.
-// `lane_base` points at this lane's 16 bytes of chunk 0 of the block16 in shared memory.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(x));
+  return d;
+}
+
+// Fragment f of a lane (docs/formats.md, "Data order"), converted to the 4 A-operand registers of one
+// mma.m16n8k16. `lane_base` points at this lane's 16 bytes of chunk 0 of the block16 in shared memory.
 template <class F>
-__device__ __forceinline__ void load_frag_pair(const uint8_t* lane_base, int f, uint32_t (&r)[4]) {
-  constexpr int kFragBytes = F::kBits / 2;  // 4 values
+__device__ __forceinline__ void load_frag(const uint8_t* lane_base, int f, uint32_t (&r)[4]) {
+  constexpr int kFragBytes = F::kBits;  // 8 values of kBits bits
   const int byte = f * kFragBytes;
   const uint8_t* p = lane_base + (byte / 16) * 512 + (byte % 16);
   if constexpr (F::kBits == 16) {
-    uint4 v = *reinterpret_cast<const uint4*>(p);
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
     r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w;
   } else if constexpr (F::kBits == 8) {
-    uint2 v = *reinterpret_cast<const uint2*>(p);
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
     if constexpr (F::kKind == KvKind::kINT8) {
       const uint32_t x0 = v.x ^ 0x80808080u, x1 = v.y ^ 0x80808080u;  // two's complement -> q + 128
       r[0] = prmt(x0, 0x64646464u, 0x4140);
@@ -176,30 +183,23 @@ __device__ __forceinline__ void load_frag_pair(const uint8_t* lane_base, int f, 
   }
 }
 
-// Scales of this lane's 4 tokens {2tig, 2tig+1, 2tig+8, 2tig+9} for one group of a block16.
-// `meta` points at the group's 16 entries in shared memory.
+// Scale (and int4 shift) of tokens g and g + 8 for one group; `meta` points at the group's entry of the
+// warp's first token in the stage's [group][64] shared-memory array.
 template <class F>
-__device__ __forceinline__ void load_meta4(const uint8_t* meta, int tig, float (&s)[4], float (&z)[4]) {
-  if constexpr (F::kKind == KvKind::kINT4) {
+__device__ __forceinline__ void load_meta2(const uint8_t* meta, int g, float (&s)[2], float (&z)[2]) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint2 v = *reinterpret_cast<const uint2*>(meta + (8 * h + 2 * tig) * 4);
-      float2 a = __half22float2(*reinterpret_cast<__half2*>(&v.x));
-      float2 b = __half22float2(*reinterpret_cast<__half2*>(&v.y));
-      s[2 * h] = a.x; z[2 * h] = a.y; s[2 * h + 1] = b.x; z[2 * h + 1] = b.y;
-    }
-  } else if constexpr (F::kKind == KvKind::kINT8) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint32_t v = *reinterpret_cast<const uint32_t*>(meta + (8 * h + 2 * tig) * 2);
-      float2 a = __half22float2(*reinterpret_cast<__half2*>(&v));
-      s[2 * h] = a.x; s[2 * h + 1] = a.y; z[2 * h] = 0.f; z[2 * h + 1] = 0.f;
-    }
-  } else {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float2 a = *reinterpret_cast<const float2*>(meta + (8 * h + 2 * tig) * 4);
-      s[2 * h] = a.x; s[2 * h + 1] = a.y; z[2 * h] = 0.f; z[2 * h + 1] = 0.f;
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* e = meta + (g + 8 * h) * F::kMetaEntry;
+    if constexpr (F::kKind == KvKind::kINT4) {
+      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(e));
+      s[h] = a.x;
+      z[h] = a.y;
+    } else if constexpr (F::kKind == KvKind::kINT8) {
+      s[h] = __half2float(*reinterpret_cast<const __half*>(e));
+      z[h] = 0.f;
+    } else {
+      s[h] = *reinterpret_cast<const float*>(e);
+      z[h] = 0.f;
     }
   }
 }
@@ -209,7 +209,7 @@ struct DecodeSmem {
   using KG = BlockGeom<KF, D>;
   using VG = BlockGeom<VF, D>;
   static constexpr int kStageBytes = kWarps * (KG::kDataBytes + VG::kDataBytes + KG::kMetaBytes + VG::kMetaBytes);
-  static constexpr int kStages = kStageBytes <= 12 * 1024 ? 6 : (kStageBytes <= 20 * 1024 ? 4 : 3);
+  static constexpr int kStages = kStageBytes <= 10 * 1024 ? 4 : 3;
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kCombineBytes = kWarps * 16 * D * 4 + 2 * kWarps * 16 * 4;
   static constexpr int kQBytes = 16 * D * 4 + KF::kGroups * 16 * 4 + 64;
@@ -220,75 +220,95 @@ struct DecodeSmem {
   static constexpr int kOffVMeta = kOffKMeta + kWarps * KG::kMetaBytes;
 };
 
-// Copy the 64 tokens starting at `tok0` of (sequence b, kv head) into a pipeline stage. Block16s that start
-// at or past `end` are not copied (their warps skip them).
-template <class KF, class VF, int D>
-__device__ __forceinline__ void load_stage(const DecodeKernelParams& p, uint8_t* stage, int b, int kvh, int tok0,
-                                           int end) {
-  using S = DecodeSmem<KF, VF, D>;
-  using KG = BlockGeom<KF, D>;
-  using VG = BlockGeom<VF, D>;
-  const int page_size = 1 << p.page_size_log2;
-  auto tile_of = [&](int t, const uint8_t* cache, long long page_stride, int tile_bytes) {
-    const int lp = t >> p.page_size_log2;
-    const long long page = p.block_table ? (long long)p.block_table[(long long)b * p.max_pages_per_seq + lp]
+// Copy the 64 tokens starting at `tok0` (a multiple of 64) of (sequence b, kv head) into a pipeline stage:
+// values as [block16][fragment-ordered bytes], scales as [group][64 tokens]. With page_size >= 64 the
+// stage is one contiguous run of values and one run of 64 entries per group inside a single tile (the
+// whole stage is copied even past `end`: it is inside the allocated page, and compute masks it); with
+// smaller pages each block16 is looked up on its own and block16s at or past `end` are skipped.
+// The per-chunk work is an add and a cp.async: address arithmetic is hoisted out of the chunk loops.
+template <class F, int D>
+__device__ __forceinline__ void load_stage_one(const DecodeKernelParams& p, const uint8_t* cache, long long page_stride,
+                                               int tile_bytes, uint8_t* s_data, uint8_t* s_meta, int b, int kvh,
+                                               int tok0, int end) {
+  using G = BlockGeom<F, D>;
+  constexpr int kDataChunks = kWarps * G::kDataBytes / 16;  // a multiple of kThreads
+  static_assert(kDataChunks % kThreads == 0, "stage values must split evenly over the threads");
+  constexpr int kGroupChunks = kStageTokens * F::kMetaEntry / 16;  // one group's 64 entries
+  const int psl = p.page_size_log2;
+  const int page_mask = (1 << psl) - 1;
+  auto tile_ptr = [&](int t) {
+    const int lp = t >> psl;
+    const long long page = p.block_table ? (long long)__ldg(p.block_table + (long long)b * p.max_pages_per_seq + lp)
                                          : (long long)b * p.max_pages_per_seq + lp;
     return cache + page * page_stride + (long long)kvh * tile_bytes;
   };
-  // Values: kWarps block16s x kDataBytes/16 chunks for K, then for V.
-  constexpr int kKChunks = KG::kDataBytes / 16, kVChunks = VG::kDataBytes / 16;
-#pragma unroll 4
-  for (int c = threadIdx.x; c < kWarps * (kKChunks + kVChunks); c += kThreads) {
-    const bool is_v = c >= kWarps * kKChunks;
-    const int cc = is_v ? c - kWarps * kKChunks : c;
-    const int per = is_v ? kVChunks : kKChunks;
-    const int blk = cc / per, within = cc % per;
-    const int t = tok0 + blk * kBlockTokens;
-    if (t >= end) continue;
-    const uint8_t* tile = is_v ? tile_of(t, p.v_cache, p.v_page_stride, p.v_tile_bytes)
-                               : tile_of(t, p.k_cache, p.k_page_stride, p.k_tile_bytes);
-    const int data_bytes = is_v ? VG::kDataBytes : KG::kDataBytes;
-    const uint8_t* src = tile + (size_t)((t & (page_size - 1)) / kBlockTokens) * data_bytes + within * 16;
-    uint8_t* dst = stage + (is_v ? S::kOffVData : 0) + blk * data_bytes + within * 16;
-    cp_async16(dst, src);
-  }
-  // Scales: per block16 and group, 16 entries (entry bytes = 16-byte chunks per group).
-  constexpr int kKMetaChunks = KG::kMetaBytes / 16, kVMetaChunks = VG::kMetaBytes / 16;
-  if constexpr (kKMetaChunks + kVMetaChunks > 0) {
-    for (int c = threadIdx.x; c < kWarps * (kKMetaChunks + kVMetaChunks); c += kThreads) {
-      const bool is_v = c >= kWarps * kKMetaChunks;
-      const int cc = is_v ? c - kWarps * kKMetaChunks : c;
-      const int per = is_v ? kVMetaChunks : kKMetaChunks;
-      const int blk = cc / per, within = cc % per;
+  const int tid = threadIdx.x;
+  if (psl >= 6) {
+    const uint8_t* tile = tile_ptr(tok0);
+    const int in_tile = tok0 & page_mask;
+    const uint8_t* src = tile + (size_t)in_tile * (G::kDataBytes / kBlockTokens) + tid * 16;
+#pragma unroll
+    for (int i = 0; i < kDataChunks / kThreads; ++i) cp_async16(s_data + (tid + i * kThreads) * 16, src + i * kThreads * 16);
+    if constexpr (F::kQuant) {
+      if (tid < F::kGroups * kGroupChunks) {
+        const int g = tid / kGroupChunks, c = tid % kGroupChunks;
+        const uint8_t* msrc = tile + ((size_t)G::kDataBytes / kBlockTokens << psl) +
+                              ((size_t)(g << psl) + in_tile) * F::kMetaEntry + c * 16;
+        cp_async16(s_meta + tid * 16, msrc);
+      }
+    }
+  } else {
+    constexpr int kBlkChunks = G::kDataBytes / 16;
+#pragma unroll
+    for (int i = 0; i < kDataChunks / kThreads; ++i) {
+      const int c = tid + i * kThreads;
+      const int blk = c / kBlkChunks;  // compile-time power of two
       const int t = tok0 + blk * kBlockTokens;
-      if (t >= end) continue;
-      const int entry = is_v ? VF::kMetaEntry : KF::kMetaEntry;
-      const int per_group = entry;  // 16 entries * entry bytes / 16
-      const int g = within / per_group, wc = within % per_group;
-      const uint8_t* tile = is_v ? tile_of(t, p.v_cache, p.v_page_stride, p.v_tile_bytes)
-                                 : tile_of(t, p.k_cache, p.k_page_stride, p.k_tile_bytes);
-      const int data_per_token = is_v ? VG::kDataBytes / kBlockTokens : KG::kDataBytes / kBlockTokens;
-      const uint8_t* src = tile + (size_t)page_size * data_per_token +
-                           (size_t)(g * page_size + (t & (page_size - 1))) * entry + wc * 16;
-      uint8_t* dst = stage + (is_v ? S::kOffVMeta : S::kOffKMeta) +
-                     blk * (is_v ? VG::kMetaBytes : KG::kMetaBytes) + within * 16;
-      cp_async16(dst, src);
+      if (t < end) {
+        const uint8_t* src = tile_ptr(t) + (size_t)((t & page_mask) >> 4) * G::kDataBytes + (c % kBlkChunks) * 16;
+        cp_async16(s_data + c * 16, src);
+      }
+    }
+    if constexpr (F::kQuant) {
+      constexpr int kBlkGroupChunks = kBlockTokens * F::kMetaEntry / 16;  // 16 entries of one group
+      if (tid < kWarps * F::kGroups * kBlkGroupChunks) {
+        const int blk = tid / (F::kGroups * kBlkGroupChunks);
+        const int r = tid % (F::kGroups * kBlkGroupChunks);
+        const int g = r / kBlkGroupChunks, c = r % kBlkGroupChunks;
+        const int t = tok0 + blk * kBlockTokens;
+        if (t < end) {
+          const uint8_t* msrc = tile_ptr(t) + ((size_t)G::kDataBytes / kBlockTokens << psl) +
+                                ((size_t)(g << psl) + (t & page_mask)) * F::kMetaEntry + c * 16;
+          cp_async16(s_meta + ((g * kStageTokens + blk * kBlockTokens) * F::kMetaEntry) + c * 16, msrc);
+        }
+      }
     }
   }
 }
 
 template <class KF, class VF, int D>
-__global__ void __launch_bounds__(kThreads) decode_attention_kernel(const __grid_constant__ DecodeKernelParams p) {
+__device__ __forceinline__ void load_stage(const DecodeKernelParams& p, uint8_t* stage, int b, int kvh, int tok0,
+                                           int end) {
+  using S = DecodeSmem<KF, VF, D>;
+  load_stage_one<KF, D>(p, p.k_cache, p.k_page_stride, p.k_tile_bytes, stage, stage + S::kOffKMeta, b, kvh, tok0,
+                        end);
+  load_stage_one<VF, D>(p, p.v_cache, p.v_page_stride, p.v_tile_bytes, stage + S::kOffVData, stage + S::kOffVMeta, b,
+                        kvh, tok0, end);
+}
+
+// NH: n-tiles of 8 query heads (1 for group_size <= 8, 2 for 9..16).
+template <class KF, class VF, int D, int NH>
+__global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
+    decode_attention_kernel(const __grid_constant__ DecodeKernelParams p) {
   using S = DecodeSmem<KF, VF, D>;
   using KG = BlockGeom<KF, D>;
   using VG = BlockGeom<VF, D>;
-  constexpr bool kBF16 = KF::kBF16;      // MMA type: bf16 only for a bf16 cache, else fp16
+  constexpr bool kBF16 = KF::kBF16;       // MMA type: bf16 only for a bf16 cache, else fp16
   constexpr bool kQuantK = KF::kQuant;
-  constexpr int KS = D / 16;             // k-steps of Q K^T
-  constexpr int NT = D / 8;              // n-tiles of P V
-  constexpr int KSPG = KS / KF::kGroups; // k-steps per K group
-  constexpr int NTPG = NT / VF::kGroups; // n-tiles per V group
-  static_assert(KSPG >= 1 && NTPG >= 1, "group narrower than an MMA tile");
+  constexpr int NF = D / 16;              // fragments per lane: k-steps of K, m-tiles of V
+  constexpr int KSPG = NF / KF::kGroups;  // k-steps per K scale group
+  constexpr int MTPG = NF / VF::kGroups;  // m-tiles (16 dims) per V scale group
+  static_assert(KSPG >= 1 && MTPG >= 1, "scale group narrower than 16 dims");
   static_assert(!KF::kBF16 || VF::kBF16, "a bf16 K cache needs a bf16 V cache");
 
   extern __shared__ __align__(16) uint8_t smem[];
@@ -303,8 +323,9 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const __grid
   const int gs = p.group_size;
   const int qh0 = kvh * gs;
 
-  // Split range: a multiple of the stage size so only the last stage of a sequence is partial.
-  const int per_split = ((len + p.num_splits - 1) / p.num_splits + kStageTokens - 1) / kStageTokens * kStageTokens;
+  // Split range: a multiple of the stage size so only the last stage of a split is partial.
+  const int per_split =
+      ((len + p.num_splits - 1) / p.num_splits + kStageTokens - 1) / kStageTokens * kStageTokens;
   const int start = split * per_split;
   const int end = min(len, start + per_split);
 
@@ -323,12 +344,12 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const __grid
 
   // Start the pipeline first, so the Q set-up below overlaps the first copies.
 #pragma unroll
-  for (int s = 0; s < S::kStages - 1; ++s) {
-    if (s < n_iter) load_stage<KF, VF, D>(p, smem + s * S::kStageBytes, b, kvh, start + s * kStageTokens, end);
+  for (int st = 0; st < S::kStages - 1; ++st) {
+    if (st < n_iter) load_stage<KF, VF, D>(p, smem + st * S::kStageBytes, b, kvh, start + st * kStageTokens, end);
     cp_async_commit();
   }
 
-  // ---- Q: rows >= group_size are zero; quantized caches compute in fp16 with Q scaled by 2^e.
+  // ---- Q: rows (heads) >= group_size are zero; quantized caches compute in fp16 with Q scaled by 2^e.
   for (int i = tid; i < 16 * D; i += kThreads) {
     const int r = i / D, d = i % D;
     float v = 0.f;
@@ -340,67 +361,225 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const __grid
     q_s[i] = v;
   }
   float q_factor = 1.f;
-  if constexpr (kQuantK || !kBF16) {
+  if constexpr (kQuantK) {
     float amax = 0.f;
     for (int i = tid; i < 16 * D; i += kThreads) amax = fmaxf(amax, fabsf(q_s[i]));
-    __syncthreads();
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     if (lane == 0) red_s[warp] = amax;
     __syncthreads();
     amax = fmaxf(fmaxf(red_s[0], red_s[1]), fmaxf(red_s[2], red_s[3]));
-    if (kQuantK && amax > 0.f && amax <= 3.0e38f) {
+    if (amax > 0.f && amax <= 3.0e38f) {
       int ex;
       frexpf(amax, &ex);  // amax < 2^ex
       q_factor = ldexpf(1.f, max(-126, min(126, 14 - ex)));
     }
-  }
-  __syncthreads();
-  // Per-group sums of the fp16 Q (exactly what the MMA sees), for the folded bias terms.
-  if constexpr (kQuantK) {
+    // Per-group sums of the fp16 Q (exactly what the MMA sees), for the folded bias terms. Each thread
+    // sums 16 consecutive values of one row (inside one group: groups are >= 16 wide).
     constexpr int kGW = D / KF::kGroups;
-    for (int i = tid; i < 16 * KF::kGroups; i += kThreads) {
-      const int gg = i / 16, r = i % 16;
+    if (tid < 16 * KF::kGroups) qsum_s[tid] = 0.f;
+    __syncthreads();
+    if (tid < D) {  // 16 rows x D values = D runs of 16
+      const int r = (16 * tid) / D, d0 = (16 * tid) % D;
       float acc = 0.f;
-      for (int d = 0; d < kGW; ++d) acc += __half2float(__float2half_rn(q_s[r * D + gg * kGW + d] * q_factor));
-      qsum_s[gg * 16 + r] = acc;
-    }
-  }
-  // A fragments of Q for every k-step: rows g / g+8, k = 2tig.. / 2tig+8..
-  uint32_t qa[KS][4];
 #pragma unroll
-  for (int j = 0; j < KS; ++j) {
-    const float* r0 = q_s + g * D + 16 * j + 2 * tig;
-    const float* r1 = q_s + (g + 8) * D + 16 * j + 2 * tig;
-    if constexpr (kBF16) {
-      qa[j][0] = pack_bf16(r0[0], r0[1]);
-      qa[j][1] = pack_bf16(r1[0], r1[1]);
-      qa[j][2] = pack_bf16(r0[8], r0[9]);
-      qa[j][3] = pack_bf16(r1[8], r1[9]);
-    } else {
-      qa[j][0] = pack_f16(r0[0] * q_factor, r0[1] * q_factor);
-      qa[j][1] = pack_f16(r1[0] * q_factor, r1[1] * q_factor);
-      qa[j][2] = pack_f16(r0[8] * q_factor, r0[9] * q_factor);
-      qa[j][3] = pack_f16(r1[8] * q_factor, r1[9] * q_factor);
+      for (int d = 0; d < 16; ++d) acc += __half2float(__float2half_rn(q_s[r * D + d0 + d] * q_factor));
+      atomicAdd(&qsum_s[(d0 / kGW) * 16 + r], acc);
     }
   }
   __syncthreads();
-  float qsum[KF::kGroups][2];
+  // B fragments of Q^T for every k-step and head tile: k = dims 16j + 2tig (+8), n = head 8nh + g.
+  uint32_t qb[NF][NH][2];
 #pragma unroll
-  for (int gg = 0; gg < KF::kGroups; ++gg) {
-    qsum[gg][0] = kQuantK ? qsum_s[gg * 16 + g] : 0.f;
-    qsum[gg][1] = kQuantK ? qsum_s[gg * 16 + g + 8] : 0.f;
-  }
+  for (int j = 0; j < NF; ++j)
+#pragma unroll
+    for (int nh = 0; nh < NH; ++nh) {
+      const float* r0 = q_s + (8 * nh + g) * D + 16 * j + 2 * tig;
+      if constexpr (kBF16) {
+        qb[j][nh][0] = pack_bf16(r0[0], r0[1]);
+        qb[j][nh][1] = pack_bf16(r0[8], r0[9]);
+      } else {
+        qb[j][nh][0] = pack_f16(r0[0] * q_factor, r0[1] * q_factor);
+        qb[j][nh][1] = pack_f16(r0[8] * q_factor, r0[9] * q_factor);
+      }
+    }
   const float score_scale = p.sm_scale_log2 / q_factor;  // log2-domain softmax scale on S
 
-  float o_acc[NT][4];
+  // O^T accumulators: o_acc[mt][nh] = (dims 16mt + g / g+8) x (heads 8nh + 2tig, +1).
+  float o_acc[NF][NH][4];
 #pragma unroll
-  for (int n = 0; n < NT; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
-  float zsum[VF::kGroups][2];  // int4 V: sum_t P * shift, per group and row (lane-partial)
+  for (int mt = 0; mt < NF; ++mt)
 #pragma unroll
-  for (int gg = 0; gg < VF::kGroups; ++gg) zsum[gg][0] = zsum[gg][1] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY};
-  float l_run[2] = {0.f, 0.f};
+    for (int nh = 0; nh < NH; ++nh) o_acc[mt][nh][0] = o_acc[mt][nh][1] = o_acc[mt][nh][2] = o_acc[mt][nh][3] = 0.f;
+  float zsum[VF::kGroups][NH][2];  // int4 V: sum_t P * shift per group and head (lane-partial)
+#pragma unroll
+  for (int gg = 0; gg < VF::kGroups; ++gg)
+#pragma unroll
+    for (int nh = 0; nh < NH; ++nh) zsum[gg][nh][0] = zsum[gg][nh][1] = 0.f;
+  float m_run[NH][2], l_run[NH][2];
+#pragma unroll
+  for (int nh = 0; nh < NH; ++nh) m_run[nh][0] = m_run[nh][1] = -INFINITY, l_run[nh][0] = l_run[nh][1] = 0.f;
+  // Quantized V: P' = P * s * v_norm with v_norm = 2^-e fixed (per warp) at the first non-zero scale, so
+  // P' stays in fp16's normal range whatever the scale's magnitude (fp8 scales are amax/57344).
+  float v_norm = 0.f;
+
+  // One block16 of this warp. kPartial: some of its 16 tokens are past the end (masked, and their
+  // possibly non-finite cache bytes zeroed) — a separate instantiation keeps the masks off the fast path.
+  auto process_block = [&](const uint8_t* stage, int nvalid, auto partial_tag) {
+    constexpr bool kPartial = decltype(partial_tag)::value;
+    const uint8_t* k_lane = stage + warp * KG::kDataBytes + lane * 16;
+    [[maybe_unused]] const uint8_t* k_meta = stage + S::kOffKMeta + warp * kBlockTokens * KF::kMetaEntry;
+    const uint8_t* v_lane = stage + S::kOffVData + warp * VG::kDataBytes + lane * 16;
+    [[maybe_unused]] const uint8_t* v_meta = stage + S::kOffVMeta + warp * kBlockTokens * VF::kMetaEntry;
+    const bool tok_ok[2] = {!kPartial || g < nvalid, !kPartial || g + 8 < nvalid};
+
+    // ---- S^T = K Q^T: st[nh] = (tokens g / g+8) x (heads 8nh + 2tig, +1), log2 domain.
+    float st[NH][4];
+#pragma unroll
+    for (int nh = 0; nh < NH; ++nh) st[nh][0] = st[nh][1] = st[nh][2] = st[nh][3] = 0.f;
+#pragma unroll
+    for (int gg = 0; gg < KF::kGroups; ++gg) {
+      float acc[NH][4];
+#pragma unroll
+      for (int nh = 0; nh < NH; ++nh) acc[nh][0] = acc[nh][1] = acc[nh][2] = acc[nh][3] = 0.f;
+#pragma unroll
+      for (int jj = 0; jj < KSPG; ++jj) {
+        const int j = gg * KSPG + jj;
+        uint32_t a[4];
+        load_frag<KF>(k_lane, j, a);
+#pragma unroll
+        for (int nh = 0; nh < NH; ++nh) mma16816<kBF16>(acc[nh], a, qb[j][nh][0], qb[j][nh][1]);
+      }
+      if constexpr (kQuantK) {
+        float ks[2], kz[2];
+        load_meta2<KF>(k_meta + gg * kStageTokens * KF::kMetaEntry, g, ks, kz);
+#pragma unroll
+        for (int nh = 0; nh < NH; ++nh) {
+          const float2 qs = *reinterpret_cast<const float2*>(qsum_s + gg * 16 + 8 * nh + 2 * tig);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int t = c >> 1;
+            const float bias = kz[t] - KF::kMagic * ks[t];
+            st[nh][c] += ks[t] * acc[nh][c] + bias * ((c & 1) ? qs.y : qs.x);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int nh = 0; nh < NH; ++nh)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) st[nh][c] = acc[nh][c];
+      }
+    }
+
+    // ---- Online softmax over tokens, per head (a head's tokens live in the 8 lanes of one tig).
+    float pr[NH][4];
+    bool rescale = false;
+    float alpha[NH][2];
+#pragma unroll
+    for (int nh = 0; nh < NH; ++nh) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        st[nh][c] *= score_scale;
+        if (kPartial && !tok_ok[c >> 1]) st[nh][c] = -INFINITY;
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = fmaxf(st[nh][h], st[nh][2 + h]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float m_new = fmaxf(m_run[nh][h], mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        alpha[nh][h] = exp2f(m_run[nh][h] - m_use);
+        rescale |= alpha[nh][h] != 1.f;
+        m_run[nh][h] = m_new;
+        pr[nh][h] = exp2f(st[nh][h] - m_use);
+        pr[nh][2 + h] = exp2f(st[nh][2 + h] - m_use);
+        l_run[nh][h] = l_run[nh][h] * alpha[nh][h] + pr[nh][h] + pr[nh][2 + h];
+      }
+    }
+    if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+      for (int mt = 0; mt < NF; ++mt)
+#pragma unroll
+        for (int nh = 0; nh < NH; ++nh)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) o_acc[mt][nh][c] *= alpha[nh][c & 1];
+#pragma unroll
+      for (int gg = 0; gg < VF::kGroups; ++gg)
+#pragma unroll
+        for (int nh = 0; nh < NH; ++nh) zsum[gg][nh][0] *= alpha[nh][0], zsum[gg][nh][1] *= alpha[nh][1];
+    }
+
+    // ---- O^T += V^T P'^T, one B operand (P' transposed by movmatrix) per V scale group.
+#pragma unroll
+    for (int gg = 0; gg < VF::kGroups; ++gg) {
+      uint32_t pb[NH][2];
+      if constexpr (VF::kQuant) {
+        float vs[2], vz[2];
+        load_meta2<VF>(v_meta + gg * kStageTokens * VF::kMetaEntry, g, vs, vz);
+        if constexpr (kPartial) {
+#pragma unroll
+          for (int t = 0; t < 2; ++t)
+            if (!tok_ok[t]) vs[t] = vz[t] = 0.f;
+        }
+        if (v_norm == 0.f) {  // warp-uniform
+          float mx = fmaxf(vs[0], vs[1]);
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+          if (mx > 0.f && mx <= 3.0e38f) {
+            int ex;
+            frexpf(mx, &ex);
+            v_norm = ldexpf(1.f, max(-126, min(126, -ex)));
+          }
+        }
+        const float s0 = vs[0] * v_norm, s1 = vs[1] * v_norm;
+#pragma unroll
+        for (int nh = 0; nh < NH; ++nh) {
+          pb[nh][0] = movmatrix_trans(pack_f16(pr[nh][0] * s0, pr[nh][1] * s0));
+          pb[nh][1] = movmatrix_trans(pack_f16(pr[nh][2] * s1, pr[nh][3] * s1));
+          if constexpr (VF::kHasShift) {
+            zsum[gg][nh][0] += pr[nh][0] * vz[0] + pr[nh][2] * vz[1];
+            zsum[gg][nh][1] += pr[nh][1] * vz[0] + pr[nh][3] * vz[1];
+          }
+        }
+      } else {
+#pragma unroll
+        for (int nh = 0; nh < NH; ++nh) {
+          if constexpr (kBF16) {
+            pb[nh][0] = movmatrix_trans(pack_bf16(pr[nh][0], pr[nh][1]));
+            pb[nh][1] = movmatrix_trans(pack_bf16(pr[nh][2], pr[nh][3]));
+          } else {
+            pb[nh][0] = movmatrix_trans(pack_f16(pr[nh][0], pr[nh][1]));
+            pb[nh][1] = movmatrix_trans(pack_f16(pr[nh][2], pr[nh][3]));
+          }
+        }
+      }
+      // Lanes' V tokens: registers 0/1 hold tokens 2tig, 2tig+1; registers 2/3 tokens 2tig+8, 2tig+9.
+      uint32_t vmask_lo = 0xffffffffu, vmask_hi = 0xffffffffu;
+      if constexpr (kPartial) {
+        const int t0 = 2 * tig, t1 = 2 * tig + 8;
+        vmask_lo = (t0 < nvalid ? 0x0000ffffu : 0u) | (t0 + 1 < nvalid ? 0xffff0000u : 0u);
+        vmask_hi = (t1 < nvalid ? 0x0000ffffu : 0u) | (t1 + 1 < nvalid ? 0xffff0000u : 0u);
+      }
+#pragma unroll
+      for (int mm = 0; mm < MTPG; ++mm) {
+        const int mt = gg * MTPG + mm;
+        uint32_t a[4];
+        load_frag<VF>(v_lane, mt, a);
+        if constexpr (VF::kMagic != 0.f) {
+          const uint32_t magic = VF::kKind == KvKind::kINT4 ? 0x64006400u : 0x64806480u;  // 1024 / 1152
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[i] = hsub2_u32(a[i], magic);
+        }
+        if constexpr (kPartial) {
+          a[0] &= vmask_lo; a[1] &= vmask_lo; a[2] &= vmask_hi; a[3] &= vmask_hi;
+        }
+#pragma unroll
+        for (int nh = 0; nh < NH; ++nh) mma16816<kBF16>(o_acc[mt][nh], a, pb[nh][0], pb[nh][1]);
+      }
+    }
+  };
 
   for (int it = 0; it < n_iter; ++it) {
     cp_async_wait<S::kStages - 2>();
@@ -412,177 +591,46 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(const __grid
       cp_async_commit();
     }
     const uint8_t* stage = smem + (it % S::kStages) * S::kStageBytes;
-    const int blk_start = start + it * kStageTokens + warp * kBlockTokens;
-    const int nvalid = end - blk_start;
-    if (nvalid <= 0) continue;  // warp-uniform
-
-    // ---- S = Q K^T for this warp's block16: s[nt][c] = (row g + 8(c>>1), token 8nt + 2tig + (c&1)).
-    const uint8_t* k_lane = stage + warp * KG::kDataBytes + lane * 16;
-    const uint8_t* k_meta = stage + S::kOffKMeta + warp * KG::kMetaBytes;
-    float s[2][4];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-    for (int gg = 0; gg < KF::kGroups; ++gg) {
-      float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-      for (int jj = 0; jj < KSPG; ++jj) {
-        const int j = gg * KSPG + jj;
-        uint32_t r[4];
-        load_frag_pair<KF>(k_lane, 2 * j, r);  // fragments (j, nt=0) and (j, nt=1)
-        mma16816<kBF16>(acc[0], qa[j], r[0], r[1]);
-        mma16816<kBF16>(acc[1], qa[j], r[2], r[3]);
-      }
-      if constexpr (kQuantK) {
-        float ks[4], kz[4];
-        load_meta4<KF>(k_meta + gg * kBlockTokens * KF::kMetaEntry, tig, ks, kz);
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int ti = 2 * nt + (c & 1);  // index into this lane's 4 tokens
-            const float bias = kz[ti] - KF::kMagic * ks[ti];
-            s[nt][c] += ks[ti] * acc[nt][c] + bias * qsum[gg][c >> 1];
-          }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) s[nt][c] = acc[nt][c];
-      }
-    }
-    // Mask tokens past the end, scale into the log2 domain, online softmax.
-    float rmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int t = 8 * nt + 2 * tig + (c & 1);
-        float v = s[nt][c] * score_scale;
-        if (t >= nvalid) v = -INFINITY;
-        s[nt][c] = v;
-        rmax[c >> 1] = fmaxf(rmax[c >> 1], v);
-      }
-    float alpha[2], m_use[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 1));
-      rmax[r] = fmaxf(rmax[r], __shfl_xor_sync(0xffffffffu, rmax[r], 2));
-      const float m_new = fmaxf(m_run[r], rmax[r]);
-      m_use[r] = m_new == -INFINITY ? 0.f : m_new;
-      alpha[r] = exp2f(m_run[r] - m_use[r]);
-      m_run[r] = m_new;
-    }
-    float pr[2][4];
-    float lsum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        pr[nt][c] = exp2f(s[nt][c] - m_use[c >> 1]);
-        lsum[c >> 1] += pr[nt][c];
-      }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + lsum[r];
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        o_acc[n][0] *= alpha[0]; o_acc[n][1] *= alpha[0];
-        o_acc[n][2] *= alpha[1]; o_acc[n][3] *= alpha[1];
-      }
-#pragma unroll
-      for (int gg = 0; gg < VF::kGroups; ++gg) { zsum[gg][0] *= alpha[0]; zsum[gg][1] *= alpha[1]; }
-    }
-
-    // ---- O += P V. Lane tokens {2tig, 2tig+1, 2tig+8, 2tig+9} = pr[0][0|1], pr[1][0|1] (row g) etc.
-    const uint8_t* v_lane = stage + S::kOffVData + warp * VG::kDataBytes + lane * 16;
-    const uint8_t* v_meta = stage + S::kOffVMeta + warp * VG::kMetaBytes;
-    // Tokens past the end may hold anything (even NaN): zero their V values and scales.
-    const bool partial = nvalid < kBlockTokens;
-    uint32_t vmask0 = 0xffffffffu, vmask1 = 0xffffffffu;
-    if (partial) {
-      const int t0 = 2 * tig, t1 = 2 * tig + 8;
-      vmask0 = (t0 < nvalid ? 0x0000ffffu : 0u) | (t0 + 1 < nvalid ? 0xffff0000u : 0u);
-      vmask1 = (t1 < nvalid ? 0x0000ffffu : 0u) | (t1 + 1 < nvalid ? 0xffff0000u : 0u);
-    }
-#pragma unroll
-    for (int gg = 0; gg < VF::kGroups; ++gg) {
-      uint32_t pa[4];
-      if constexpr (VF::kQuant) {
-        float vs[4], vz[4];
-        load_meta4<VF>(v_meta + gg * kBlockTokens * VF::kMetaEntry, tig, vs, vz);
-        if (partial) {
-#pragma unroll
-          for (int ti = 0; ti < 4; ++ti) {
-            const int t = (ti >> 1) * 8 + 2 * tig + (ti & 1);
-            if (t >= nvalid) vs[ti] = vz[ti] = 0.f;
-          }
-        }
-        pa[0] = pack_f16(pr[0][0] * vs[0], pr[0][1] * vs[1]);
-        pa[1] = pack_f16(pr[0][2] * vs[0], pr[0][3] * vs[1]);
-        pa[2] = pack_f16(pr[1][0] * vs[2], pr[1][1] * vs[3]);
-        pa[3] = pack_f16(pr[1][2] * vs[2], pr[1][3] * vs[3]);
-        if constexpr (VF::kHasShift) {
-          zsum[gg][0] += pr[0][0] * vz[0] + pr[0][1] * vz[1] + pr[1][0] * vz[2] + pr[1][1] * vz[3];
-          zsum[gg][1] += pr[0][2] * vz[0] + pr[0][3] * vz[1] + pr[1][2] * vz[2] + pr[1][3] * vz[3];
-        }
-      } else if constexpr (kBF16) {
-        pa[0] = pack_bf16(pr[0][0], pr[0][1]);
-        pa[1] = pack_bf16(pr[0][2], pr[0][3]);
-        pa[2] = pack_bf16(pr[1][0], pr[1][1]);
-        pa[3] = pack_bf16(pr[1][2], pr[1][3]);
-      } else {
-        pa[0] = pack_f16(pr[0][0], pr[0][1]);
-        pa[1] = pack_f16(pr[0][2], pr[0][3]);
-        pa[2] = pack_f16(pr[1][0], pr[1][1]);
-        pa[3] = pack_f16(pr[1][2], pr[1][3]);
-      }
-#pragma unroll
-      for (int nn = 0; nn < NTPG; nn += 2) {
-        const int n = gg * NTPG + nn;
-        uint32_t r[4];
-        load_frag_pair<VF>(v_lane, n, r);
-        if constexpr (VF::kMagic != 0.f) {
-          const uint32_t magic = VF::kKind == KvKind::kINT4 ? 0x64006400u : 0x64806480u;  // 1024 / 1152
-#pragma unroll
-          for (int i = 0; i < 4; ++i) r[i] = hsub2_u32(r[i], magic);
-        }
-        if (partial) { r[0] &= vmask0; r[1] &= vmask1; r[2] &= vmask0; r[3] &= vmask1; }
-        mma16816<kBF16>(o_acc[n], pa, r[0], r[1]);
-        if (nn + 1 < NTPG) mma16816<kBF16>(o_acc[n + 1], pa, r[2], r[3]);
-      }
-    }
+    const int nvalid = end - (start + it * kStageTokens + warp * kBlockTokens);
+    if (nvalid >= kBlockTokens) process_block(stage, nvalid, std::false_type{});
+    else if (nvalid > 0) process_block(stage, nvalid, std::true_type{});
   }
   cp_async_wait<0>();
   __syncthreads();
 
-  // ---- Merge the 4 warps: per row m, l, and O (with the int4 shift sums) through shared memory.
+  // ---- Merge the 4 warps: per head m, l, and O (with the int4 shift sums) through shared memory.
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+  for (int nh = 0; nh < NH; ++nh)
 #pragma unroll
-    for (int gg = 0; gg < VF::kGroups; ++gg) {
-      zsum[gg][r] += __shfl_xor_sync(0xffffffffu, zsum[gg][r], 1);
-      zsum[gg][r] += __shfl_xor_sync(0xffffffffu, zsum[gg][r], 2);
-    }
-  }
-  float* o_s = reinterpret_cast<float*>(smem);   // [warp][16][D]
-  float* ml_s = o_s + kWarps * 16 * D;           // m [warp][16], l [warp][16]
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    const int gg = n / NTPG;
-    const int col = 8 * n + 2 * tig;
-    float2 lo = make_float2(o_acc[n][0] + zsum[gg][0], o_acc[n][1] + zsum[gg][0]);
-    float2 hi = make_float2(o_acc[n][2] + zsum[gg][1], o_acc[n][3] + zsum[gg][1]);
-    *reinterpret_cast<float2*>(o_s + (warp * 16 + g) * D + col) = lo;
-    *reinterpret_cast<float2*>(o_s + (warp * 16 + g + 8) * D + col) = hi;
-  }
-  if (tig == 0) {
-    ml_s[warp * 16 + g] = m_run[0];
-    ml_s[warp * 16 + g + 8] = m_run[1];
-    ml_s[kWarps * 16 + warp * 16 + g] = l_run[0];
-    ml_s[kWarps * 16 + warp * 16 + g + 8] = l_run[1];
+      for (int o = 4; o < 32; o <<= 1) {
+        l_run[nh][h] += __shfl_xor_sync(0xffffffffu, l_run[nh][h], o);
+#pragma unroll
+        for (int gg = 0; gg < VF::kGroups; ++gg)
+          zsum[gg][nh][h] += __shfl_xor_sync(0xffffffffu, zsum[gg][nh][h], o);
+      }
+  const float o_unnorm = (VF::kQuant && v_norm != 0.f) ? 1.f / v_norm : 1.f;  // exact: a power of two
+  float* o_s = reinterpret_cast<float*>(smem);  // [warp][16 heads][D]
+  float* ml_s = o_s + kWarps * 16 * D;          // m [warp][16], l [warp][16]
+#pragma unroll
+  for (int mt = 0; mt < NF; ++mt)
+#pragma unroll
+    for (int nh = 0; nh < NH; ++nh)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int head = 8 * nh + 2 * tig + (c & 1);
+        const int dim = 16 * mt + g + 8 * (c >> 1);
+        o_s[(warp * 16 + head) * D + dim] = o_acc[mt][nh][c] * o_unnorm + zsum[mt / MTPG][nh][c & 1];
+      }
+  if (g == 0) {
+#pragma unroll
+    for (int nh = 0; nh < NH; ++nh)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        ml_s[warp * 16 + 8 * nh + 2 * tig + h] = m_run[nh][h];
+        ml_s[kWarps * 16 + warp * 16 + 8 * nh + 2 * tig + h] = l_run[nh][h];
+      }
   }
   __syncthreads();
   for (int i = tid; i < gs * D; i += kThreads) {

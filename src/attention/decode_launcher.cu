@@ -43,38 +43,40 @@ const DecodeKernelInfo* find_kernel(KvKind kk, int kg, KvKind vk, int vg, int he
 
 struct Plan {
   const DecodeKernelInfo* kernel = nullptr;
+  const void* func = nullptr;  // the NH variant for this group size
   int num_splits = 1;
   int max_len = 0;
   size_t workspace_bytes = 0;
 };
 
 // Resident CTAs per SM for a kernel (after raising its shared-memory limit), cached.
-Status kernel_occupancy(const DecodeKernelInfo& k, int* blocks_per_sm) {
+Status kernel_occupancy(const DecodeKernelInfo& k, const void* func, int* blocks_per_sm) {
   static std::mutex mu;
   static std::map<std::pair<int, const void*>, int> cache;
   int dev = 0;
   QDEC_CUDA_RETURN(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find({dev, k.func});
+  auto it = cache.find({dev, func});
   if (it != cache.end()) {
     *blocks_per_sm = it->second;
     return Status::Ok();
   }
-  QDEC_CUDA_RETURN(cudaFuncSetAttribute(k.func, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem_bytes));
+  QDEC_CUDA_RETURN(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem_bytes));
   int n = 0;
-  QDEC_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k.func, attention::kThreads, k.smem_bytes));
+  QDEC_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, func, attention::kThreads, k.smem_bytes));
   if (n < 1) {
     return Status(StatusCode::kUnsupported, "decode kernel for head_dim " + std::to_string(k.head_dim) +
                                                 " cannot be resident on this device (shared memory " +
                                                 std::to_string(k.smem_bytes) + " bytes)");
   }
-  cache[{dev, k.func}] = n;
+  cache[{dev, func}] = n;
   *blocks_per_sm = n;
   return Status::Ok();
 }
 
-// Split count: enough CTAs to fill every resident slot, choosing the count whose last wave is fullest
-// (a CTA per (sequence, kv head) and split); each split keeps >= 4 pipeline stages of work.
+// Split count: the fewest splits whose CTAs (one per sequence, kv head and split) fill the resident slots
+// with a last wave at least 90% full; each split keeps >= 4 pipeline stages of work. More splits than
+// needed only add partial-output traffic and per-CTA set-up.
 int choose_splits(int ctas, int slots, int max_len) {
   const int stage = attention::kStageTokens;
   const int max_splits = std::max(1, std::min(256, max_len / (4 * stage)));
@@ -84,7 +86,8 @@ int choose_splits(int ctas, int slots, int max_len) {
     const long long work = static_cast<long long>(ctas) * s;
     const long long waves = (work + slots - 1) / slots;
     const double eff = static_cast<double>(work) / static_cast<double>(waves * slots);
-    if (eff > best_eff * 1.02) {
+    if (eff >= 0.9) return s;
+    if (eff > best_eff) {
       best_eff = eff;
       best = s;
     }
@@ -128,6 +131,7 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     return Status(StatusCode::kUnsupported, "K/V format pair (" + p.k_format.name() + ", " + p.v_format.name() +
                                                 ") at head_dim " + std::to_string(p.head_dim) +
                                                 " is not compiled; supported: " + kSupportedPairs);
+  plan->func = plan->kernel->func[group_size <= 8 ? 0 : 1];
   if (p.page_size < 16 || p.page_size > 256 || (p.page_size & (p.page_size - 1)) != 0)
     return invalid("page_size " + std::to_string(p.page_size) + " must be a power of two in 16..256");
   if (p.max_pages_per_seq < 1)
@@ -178,7 +182,7 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     DeviceInfo dev;
     QDEC_RETURN_IF_ERROR(current_device_info(&dev));
     int occ = 0;
-    QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan->kernel, &occ));
+    QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan->kernel, plan->func, &occ));
     plan->num_splits = choose_splits(p.batch * p.num_kv_heads, dev.sm_count * occ, max_len);
   }
   plan->workspace_bytes = plan->num_splits > 1 ? static_cast<size_t>(p.batch) * p.num_qo_heads *
@@ -220,7 +224,7 @@ Status decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
     part_lse = part_o + ((o_elems + 63) / 64) * 64;
   }
   int occ = 0;  // also raises the kernel's shared-memory limit (once per device)
-  QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan.kernel, &occ));
+  QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan.kernel, plan.func, &occ));
 
   attention::DecodeKernelParams kp{};
   kp.k_cache = static_cast<const uint8_t*>(p.k_cache);
@@ -248,7 +252,7 @@ Status decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
 
   dim3 grid(plan.num_splits, p.num_kv_heads, p.batch);
   void* args[] = {&kp};
-  QDEC_CUDA_RETURN(cudaLaunchKernel(plan.kernel->func, grid, dim3(attention::kThreads), args,
+  QDEC_CUDA_RETURN(cudaLaunchKernel(plan.func, grid, dim3(attention::kThreads), args,
                                     static_cast<size_t>(plan.kernel->smem_bytes), stream));
   if (plan.num_splits > 1) {
     QDEC_RETURN_IF_ERROR(attention::launch_decode_merge(part_o, part_lse, p.o, p.lse, p.batch * p.num_qo_heads,

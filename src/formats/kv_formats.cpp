@@ -111,33 +111,39 @@ bool tile_args_valid(const KvTileLayout& layout, KvRole role, int token) {
 }
 
 // tile_data_position without argument checks. The fragment order is in docs/formats.md,
-// "Data order inside a block16"; slot is the value's place in its fragment (R0.lo, R0.hi, R1.lo, R1.hi).
+// "Data order inside a block16": K and V are the A operand of mma.m16n8k16, a fragment is the four
+// registers R0..R3 of one m16 x k16 tile, and slot = 2 * r + (0 for lo, 1 for hi) is the value's place in
+// its fragment (R0.lo, R0.hi, R1.lo, .., R3.hi).
 DataPosition data_position_unchecked(const KvTileLayout& layout, int bits, KvRole role, int token, int dim) {
   const int block = token / kBlockTokens;
   const int t = token % kBlockTokens;
-  int lane, frag, slot;
+  const int frag = dim / 16;
+  int lane, r, hi;
   if (role == KvRole::kKey) {
-    const int k = dim % 16;  // position inside the k-step
+    // m = token, k = dim: register r holds token g + 8 (r & 1), dims 16 f + 2 tig + 8 (r >> 1) + {0, 1}.
+    const int k = dim % 16;
     lane = 4 * (t % 8) + (k % 8) / 2;
-    frag = 2 * (dim / 16) + t / 8;
-    slot = 2 * (k / 8) + k % 2;
+    r = t / 8 + 2 * (k / 8);
+    hi = k % 2;
   } else {
-    lane = 4 * (dim % 8) + (t % 8) / 2;
-    frag = dim / 8;
-    slot = 2 * (t / 8) + t % 2;
+    // m = dim, k = token: register r holds dim 16 f + g + 8 (r & 1), tokens 2 tig + 8 (r >> 1) + {0, 1}.
+    const int m = dim % 16;
+    lane = 4 * (m % 8) + (t % 8) / 2;
+    r = m / 8 + 2 * (t / 8);
+    hi = t % 2;
   }
+  const int slot = 2 * r + hi;
   size_t lane_byte;
   int nibble = 0;
   if (bits == 16) {
-    lane_byte = size_t(8 * frag + 2 * slot);
+    lane_byte = size_t(16 * frag + 2 * slot);
   } else if (bits == 8) {
-    lane_byte = size_t(4 * frag + slot);
+    lane_byte = size_t(8 * frag + slot);
   } else {
-    // Fragments 2w and 2w+1 share word w; register r of [f.R0, f.R1, (f+1).R0, (f+1).R1] keeps its lo
-    // value in nibble r and its hi value in nibble r + 4.
-    const int r = 2 * (frag % 2) + slot / 2;
-    const int i = r + 4 * (slot % 2);
-    lane_byte = size_t(4 * (frag / 2) + i / 2);
+    // Fragment f is the 32-bit word at lane offset 4f; nibble i = r + 4 hi holds register r's lo (i < 4) or
+    // hi (i >= 4) value, so (word >> 4r) & 0x000F000F is register r.
+    const int i = r + 4 * hi;
+    lane_byte = size_t(4 * frag + i / 2);
     nibble = i % 2;
   }
   const size_t block_bytes = size_t(kBlockTokens) * size_t(kv_data_bytes(layout.format, layout.head_dim));
@@ -573,7 +579,8 @@ void tile_write_row(const KvTileLayout& layout, KvRole role, uint8_t* tile, int 
     } else if (bits == 8) {
       *b = static_cast<uint8_t>(c);
     } else {
-      // The other nibble belongs to another value (for V, another token): keep it.
+      // The other nibble holds the same half of register r ^ 1 (for K another token, t +- 8; for V this
+      // token's dim +- 8): keep it.
       const uint8_t nib = c & 0xF;
       *b =
           p.nibble ? static_cast<uint8_t>((*b & 0x0F) | (nib << 4)) : static_cast<uint8_t>((*b & 0xF0) | nib);
