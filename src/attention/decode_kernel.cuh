@@ -6,20 +6,23 @@
 //         and part_lse (log2 domain), merged by decode_merge.cu.
 //
 // Design
-// - One CTA = (split, kv head, sequence): all group_size (<= 16) query heads of the KV head are the M=16 rows
-//   of mma.m16n8k16, so every KV byte is read from HBM once. S = Q K^T uses K as the B operand (n = token),
-//   O = P V uses V as the B operand (k = token); P stays in registers (the S accumulator layout is the A
-//   layout of the second product).
+// - One CTA = (split, kv head, sequence): all group_size (<= 16) query heads of the KV head share every KV
+//   byte read from HBM. The products run transposed so the heads are the n = 8 side of mma.m16n8k16 (no
+//   padding of a group of 8 to 16 rows): S^T = K Q^T with K as the A operand (m = 16 tokens, k = dims), and
+//   O^T = V^T P^T with V as the A operand (m = 16 dims, k = tokens). P^T comes from the S^T accumulators by
+//   one movmatrix.trans per 8x8 tile. NH = 2 head tiles when group_size > 8.
 // - 4 warps; a pipeline stage is 64 tokens (one block16 per warp), copied global -> shared with 16-byte
-//   cp.async, NSTAGES deep. Every lane then reads its fragments with 16-byte shared loads: the cache stores
-//   values in fragment order, so dequantization is register-only (lop3 / prmt / cvt), with no transpose.
-// - Quantized formats compute in fp16 on exact codes (int4: 1024+q via the 0x6400 magic, int8: 1152+q,
-//   fp8: exact fp16). Scales stay outside the MMA: for K, one accumulator per scale group (a group of 16k
-//   dims is whole k-steps) is scaled per token after its k-steps, with the magic offset and the int4 shift
-//   folded into a per-token bias times sum(Q over the group); for V, the per-token scale is folded into P
-//   (P' = P * s, one P' per group) and the int4 shift into a side sum P * z. Q is brought into fp16 with a
-//   power-of-two factor (exact for bf16 inputs), folded into the softmax scale.
-// - Online softmax per warp in the log2 domain; warps merge through shared memory at the end.
+//   cp.async, kStages deep. The cache stores values in A-fragment order (docs/formats.md), so every lane
+//   reads its fragments with plain shared loads and dequantizes in registers (lop3 / prmt / cvt); no
+//   transpose, no ldmatrix on sub-16-bit data.
+// - Quantized formats compute in fp16 on exact codes (int4: 1024+q via the 0x6400 magic, 1024+16q on the
+//   odd rows to save shifts; int8: 1152+q; fp8: exact fp16). Scales stay outside the MMA: K has one
+//   accumulator per scale group (16k dims = whole k-steps), scaled per token afterwards, with the magic and
+//   the int4 shift folded into a per-token bias times sum(Q over the group); V folds its per-token scale
+//   into P (P' = P * s * v_norm, one P' per group) and its int4 shift into a side sum P * z. Q is brought
+//   into fp16 with a power-of-two factor (exact for bf16 inputs) folded into the softmax scale.
+// - Online softmax per warp in the log2 domain; warps merge through shared memory at the end; split-K
+//   partials are merged by decode_merge.cu (programmatic dependent launch).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -73,6 +76,9 @@ struct Fmt {
   static constexpr bool kHasShift = Kind == KvKind::kINT4;
   // fp16 value of code 0 after the register conversion (the code is q + kMagic exactly).
   static constexpr float kMagic = Kind == KvKind::kINT4 ? 1024.f : (Kind == KvKind::kINT8 ? 1152.f : 0.f);
+  // Factor on the codes of A-operand rows g+8 (registers 1 and 3): int4 keeps them as 1024 + 16q.
+  static constexpr float kOddRowScale = Kind == KvKind::kINT4 ? 16.f : 1.f;
+
 };
 
 template <class F, int D>
@@ -175,11 +181,15 @@ __device__ __forceinline__ void load_frag(const uint8_t* lane_base, int f, uint3
       r[3] = cvt_e4m3x2_f16x2(v.y >> 16);
     }
   } else {
+    // Registers 1 and 3 keep their nibbles at bits 4..7 of each half: 1024 + 16q, still exact in fp16, and
+    // one shift per word instead of three. They hold rows g+8 of the A operand (tokens g+8 of K, dims g+8
+    // of V), so the x16 is undone on those output rows (kOddRowScale).
     const uint32_t w = *reinterpret_cast<const uint32_t*>(p);
+    const uint32_t w8 = w >> 8;
     r[0] = lop3_and_or(w, 0x000F000Fu, 0x64006400u);
-    r[1] = lop3_and_or(w >> 4, 0x000F000Fu, 0x64006400u);
-    r[2] = lop3_and_or(w >> 8, 0x000F000Fu, 0x64006400u);
-    r[3] = lop3_and_or(w >> 12, 0x000F000Fu, 0x64006400u);
+    r[1] = lop3_and_or(w, 0x00F000F0u, 0x64006400u);
+    r[2] = lop3_and_or(w8, 0x000F000Fu, 0x64006400u);
+    r[3] = lop3_and_or(w8, 0x00F000F0u, 0x64006400u);
   }
 }
 
@@ -211,7 +221,7 @@ struct DecodeSmem {
   static constexpr int kStageBytes = kWarps * (KG::kDataBytes + VG::kDataBytes + KG::kMetaBytes + VG::kMetaBytes);
   static constexpr int kStages = kStageBytes <= 10 * 1024 ? 4 : 3;
   static constexpr int kPipeBytes = kStages * kStageBytes;
-  static constexpr int kCombineBytes = kWarps * 16 * D * 4 + 2 * kWarps * 16 * 4;
+  static constexpr int kCombineBytes = kWarps * 16 * D * 4 + 3 * kWarps * 16 * 4 + 16 * 4;
   static constexpr int kQBytes = 16 * D * 4 + KF::kGroups * 16 * 4 + 64;
   static constexpr int kBytes = (kPipeBytes > kCombineBytes ? kPipeBytes : kCombineBytes) + kQBytes;
   // Offsets inside one stage.
@@ -453,6 +463,7 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
       if constexpr (kQuantK) {
         float ks[2], kz[2];
         load_meta2<KF>(k_meta + gg * kStageTokens * KF::kMetaEntry, g, ks, kz);
+        ks[1] *= 1.f / KF::kOddRowScale;  // token g+8 came in as M + 16q (int4)
 #pragma unroll
         for (int nh = 0; nh < NH; ++nh) {
           const float2 qs = *reinterpret_cast<const float2*>(qsum_s + gg * 16 + 8 * nh + 2 * tig);
@@ -567,6 +578,9 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
         const int mt = gg * MTPG + mm;
         uint32_t a[4];
         load_frag<VF>(v_lane, mt, a);
+        // The magic is subtracted exactly per register: folding it into a sum of P' over the sequence
+        // (as K does per token) cancels ~1024x in the tensor-core accumulator and cost 2x the error at 8K
+        // tokens (measured: rel L2 3.7e-3 vs 1.5e-3).
         if constexpr (VF::kMagic != 0.f) {
           const uint32_t magic = VF::kKind == KvKind::kINT4 ? 0x64006400u : 0x64806480u;  // 1024 / 1152
 #pragma unroll
@@ -596,6 +610,9 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     else if (nvalid > 0) process_block(stage, nvalid, std::true_type{});
   }
   cp_async_wait<0>();
+  // The split-K merge kernel (launched with programmatic dependent launch) may start its launch now; it
+  // waits for this grid's completion (griddepcontrol.wait) before reading the partials.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   __syncthreads();
 
   // ---- Merge the 4 warps: per head m, l, and O (with the int4 shift sums) through shared memory.
@@ -621,7 +638,9 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
       for (int c = 0; c < 4; ++c) {
         const int head = 8 * nh + 2 * tig + (c & 1);
         const int dim = 16 * mt + g + 8 * (c >> 1);
-        o_s[(warp * 16 + head) * D + dim] = o_acc[mt][nh][c] * o_unnorm + zsum[mt / MTPG][nh][c & 1];
+        float v = o_acc[mt][nh][c];
+        if (c >= 2) v *= 1.f / VF::kOddRowScale;  // dims g+8 came in as M + 16q (int4)
+        o_s[(warp * 16 + head) * D + dim] = v * o_unnorm + zsum[mt / MTPG][nh][c & 1];
       }
   if (g == 0) {
 #pragma unroll
@@ -633,21 +652,32 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
       }
   }
   __syncthreads();
-  for (int i = tid; i < gs * D; i += kThreads) {
-    const int r = i / D, d = i % D;
+  // Per-row warp weights once (exp2(m_w - m) / l), then a multiply-add per output element.
+  float* wgt_s = ml_s + 2 * kWarps * 16;  // [16][kWarps]
+  float* lse_s = wgt_s + 16 * kWarps;     // [16] log2 domain
+  if (tid < gs) {
+    const int r = tid;
     float m = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) m = fmaxf(m, ml_s[w * 16 + r]);
-    float l = 0.f, acc = 0.f;
+    float e[kWarps], l = 0.f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       const float mw = ml_s[w * 16 + r];
-      const float e = mw == -INFINITY ? 0.f : exp2f(mw - m);
-      l += e * ml_s[kWarps * 16 + w * 16 + r];
-      acc += e * o_s[(w * 16 + r) * D + d];
+      e[w] = mw == -INFINITY ? 0.f : exp2f(mw - m);
+      l += e[w] * ml_s[kWarps * 16 + w * 16 + r];
     }
-    const float out = acc / l;
-    const float lse2 = m + log2f(l);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) wgt_s[r * kWarps + w] = e[w] / l;
+    lse_s[r] = m + log2f(l);
+  }
+  __syncthreads();
+  for (int i = tid; i < gs * D; i += kThreads) {
+    const int r = i / D, d = i % D;
+    float out = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) out += wgt_s[r * kWarps + w] * o_s[(w * 16 + r) * D + d];
+    const float lse2 = lse_s[r];
     const size_t row = (size_t)b * p.num_qo_heads + qh0 + r;
     if (p.num_splits == 1) {
       if (p.q_is_fp16) reinterpret_cast<__half*>(p.o)[row * D + d] = __float2half_rn(out);
