@@ -219,11 +219,18 @@ struct DecodeSmem {
   using KG = BlockGeom<KF, D>;
   using VG = BlockGeom<VF, D>;
   static constexpr int kStageBytes = kWarps * (KG::kDataBytes + VG::kDataBytes + KG::kMetaBytes + VG::kMetaBytes);
-  static constexpr int kStages = kStageBytes <= 10 * 1024 ? 4 : 3;
+  static constexpr int kStages = kStageBytes <= 10 * 1024 ? 5 : 3;
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kCombineBytes = kWarps * 16 * D * 4 + 3 * kWarps * 16 * 4 + 16 * 4;
-  static constexpr int kQBytes = 16 * D * 4 + KF::kGroups * 16 * 4 + 64;
-  static constexpr int kBytes = (kPipeBytes > kCombineBytes ? kPipeBytes : kCombineBytes) + kQBytes;
+  static constexpr int kQBytes = 16 * D * 4;                    // Q as float, set-up only
+  static constexpr int kAuxBytes = KF::kGroups * 16 * 4 + 64;   // per-group Q sums (read in the loop) + scratch
+  // Q is staged in the last pipeline buffer: the prologue fills buffers 0..kStages-2 only, and the first
+  // copy into the last one is issued after the barrier that ends the Q set-up.
+  static constexpr bool kQInPipe = kStageBytes >= kQBytes;
+  static constexpr int kMainBytes = kPipeBytes > kCombineBytes ? kPipeBytes : kCombineBytes;
+  static constexpr int kQOffset = kQInPipe ? (kStages - 1) * kStageBytes : kMainBytes + kAuxBytes;
+  static constexpr int kAuxOffset = kMainBytes;
+  static constexpr int kBytes = kMainBytes + kAuxBytes + (kQInPipe ? 0 : kQBytes);
   // Offsets inside one stage.
   static constexpr int kOffVData = kWarps * KG::kDataBytes;
   static constexpr int kOffKMeta = kOffVData + kWarps * VG::kDataBytes;
@@ -322,9 +329,9 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   static_assert(!KF::kBF16 || VF::kBF16, "a bf16 K cache needs a bf16 V cache");
 
   extern __shared__ __align__(16) uint8_t smem[];
-  float* q_s = reinterpret_cast<float*>(smem + (S::kBytes - S::kQBytes));  // [16][D]
-  float* qsum_s = q_s + 16 * D;                                            // [KG][16]
-  float* red_s = qsum_s + KF::kGroups * 16;                                // scratch
+  float* q_s = reinterpret_cast<float*>(smem + S::kQOffset);       // [16][D], set-up only
+  float* qsum_s = reinterpret_cast<float*>(smem + S::kAuxOffset);  // [KG][16]
+  float* red_s = qsum_s + KF::kGroups * 16;                        // scratch
 
   const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -352,7 +359,20 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   }
   const int n_iter = (end - start + kStageTokens - 1) / kStageTokens;
 
-  // Start the pipeline first, so the Q set-up below overlaps the first copies.
+  // Q first: its loads must not queue behind the pipeline's (all CTAs start together, and one sequential
+  // load per row behind megabytes of cache copies cost ~15 us per CTA). 16-byte vectors, all in flight.
+  constexpr int kQVecPerRow = D / 8;
+  constexpr int kQVecs = 16 * kQVecPerRow / kThreads;  // per thread: 2 (D=128) or 1 (D=64)
+  uint4 qv[kQVecs];
+#pragma unroll
+  for (int i = 0; i < kQVecs; ++i) {
+    const int idx = tid + i * kThreads, r = idx / kQVecPerRow, c = idx % kQVecPerRow;
+    qv[i] = make_uint4(0u, 0u, 0u, 0u);
+    if (r < gs)
+      qv[i] = __ldg(reinterpret_cast<const uint4*>(p.q) + ((size_t)b * p.num_qo_heads + qh0 + r) * kQVecPerRow + c);
+  }
+
+  // Then start the pipeline, so the Q set-up below overlaps the first copies.
 #pragma unroll
   for (int st = 0; st < S::kStages - 1; ++st) {
     if (st < n_iter) load_stage<KF, VF, D>(p, smem + st * S::kStageBytes, b, kvh, start + st * kStageTokens, end);
@@ -360,20 +380,26 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   }
 
   // ---- Q: rows (heads) >= group_size are zero; quantized caches compute in fp16 with Q scaled by 2^e.
-  for (int i = tid; i < 16 * D; i += kThreads) {
-    const int r = i / D, d = i % D;
-    float v = 0.f;
-    if (r < gs) {
-      const size_t idx = ((size_t)b * p.num_qo_heads + qh0 + r) * D + d;
-      v = p.q_is_fp16 ? __half2float(reinterpret_cast<const __half*>(p.q)[idx])
-                      : __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(p.q)[idx]);
+#pragma unroll
+  for (int i = 0; i < kQVecs; ++i) {
+    const int idx = tid + i * kThreads;
+    const uint32_t w[4] = {qv[i].x, qv[i].y, qv[i].z, qv[i].w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float2 f;
+      if (p.q_is_fp16) f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+      else f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[k]));
+      q_s[idx * 8 + 2 * k] = f.x;
+      q_s[idx * 8 + 2 * k + 1] = f.y;
     }
-    q_s[i] = v;
   }
   float q_factor = 1.f;
   if constexpr (kQuantK) {
-    float amax = 0.f;
-    for (int i = tid; i < 16 * D; i += kThreads) amax = fmaxf(amax, fabsf(q_s[i]));
+    float amax = 0.f;  // over this thread's own values (no barrier needed yet)
+#pragma unroll
+    for (int i = 0; i < kQVecs; ++i)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(q_s[(tid + i * kThreads) * 8 + k]));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     if (lane == 0) red_s[warp] = amax;
