@@ -15,8 +15,8 @@
 //   cp.async, kStages deep. The cache stores values in A-fragment order (docs/formats.md), so every lane
 //   reads its fragments with plain shared loads and dequantizes in registers (lop3 / prmt / cvt); no
 //   transpose, no ldmatrix on sub-16-bit data.
-// - Quantized formats compute in fp16 on exact codes (int4: 1024+q via the 0x6400 magic, 1024+16q on the
-//   odd rows to save shifts; int8: 1152+q; fp8: exact fp16). Scales stay outside the MMA: K has one
+// - Quantized formats compute in fp16 on exact codes (int4: the subnormal q * 2^-24 by one AND, 16q on
+//   the odd rows to save shifts; int8: 1152+q via the 0x64 magic; fp8: exact fp16). Scales stay outside the MMA: K has one
 //   accumulator per scale group (16k dims = whole k-steps), scaled per token afterwards, with the magic and
 //   the int4 shift folded into a per-token bias times sum(Q over the group); V folds its per-token scale
 //   into P (P' = P * s * v_norm, one P' per group) and its int4 shift into a side sum P * z. Q is brought
@@ -74,9 +74,11 @@ struct Fmt {
   // Bytes of one (token, group) meta entry: fp8 fp32 scale, int8 fp16 scale, int4 fp16 scale + shift.
   static constexpr int kMetaEntry = Kind == KvKind::kINT8 ? 2 : (kQuant ? 4 : 0);
   static constexpr bool kHasShift = Kind == KvKind::kINT4;
-  // fp16 value of code 0 after the register conversion (the code is q + kMagic exactly).
-  static constexpr float kMagic = Kind == KvKind::kINT4 ? 1024.f : (Kind == KvKind::kINT8 ? 1152.f : 0.f);
-  // Factor on the codes of A-operand rows g+8 (registers 1 and 3): int4 keeps them as 1024 + 16q.
+  // fp16 value of code 0 after the register conversion (the value is (q + kMagic) / kCodeScale exactly).
+  static constexpr float kMagic = Kind == KvKind::kINT8 ? 1152.f : 0.f;
+  // int4 codes are fp16 subnormals q * 2^-24.
+  static constexpr float kCodeScale = Kind == KvKind::kINT4 ? 16777216.f : 1.f;
+  // Extra factor on the codes of A-operand rows g+8 (registers 1 and 3): int4 keeps them as 16q * 2^-24.
   static constexpr float kOddRowScale = Kind == KvKind::kINT4 ? 16.f : 1.f;
 
 };
@@ -145,6 +147,14 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// 2^x with one MUFU.EX2 (exp2f adds a subnormal-range fix-up: FSETP + 2 FMUL per call). Results below
+// 2^-126 flush to 0, which no softmax weight needs.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   uint32_t d;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(x));
@@ -181,15 +191,16 @@ __device__ __forceinline__ void load_frag(const uint8_t* lane_base, int f, uint3
       r[3] = cvt_e4m3x2_f16x2(v.y >> 16);
     }
   } else {
-    // Registers 1 and 3 keep their nibbles at bits 4..7 of each half: 1024 + 16q, still exact in fp16, and
-    // one shift per word instead of three. They hold rows g+8 of the A operand (tokens g+8 of K, dims g+8
-    // of V), so the x16 is undone on those output rows (kOddRowScale).
+    // A nibble in the low mantissa bits of an fp16 is the subnormal q * 2^-24: exact, and the tensor cores
+    // take fp16 subnormals, so one AND per register converts (no magic to subtract). Registers 1 and 3
+    // keep their nibbles at bits 4..7 (16q * 2^-24), which saves two of three shifts; they hold rows g+8
+    // of the A operand (tokens g+8 of K, dims g+8 of V), and the x16 is undone on those output rows.
     const uint32_t w = *reinterpret_cast<const uint32_t*>(p);
     const uint32_t w8 = w >> 8;
-    r[0] = lop3_and_or(w, 0x000F000Fu, 0x64006400u);
-    r[1] = lop3_and_or(w, 0x00F000F0u, 0x64006400u);
-    r[2] = lop3_and_or(w8, 0x000F000Fu, 0x64006400u);
-    r[3] = lop3_and_or(w8, 0x00F000F0u, 0x64006400u);
+    r[0] = w & 0x000F000Fu;
+    r[1] = w & 0x00F000F0u;
+    r[2] = w8 & 0x000F000Fu;
+    r[3] = w8 & 0x00F000F0u;
   }
 }
 
@@ -489,7 +500,7 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
       if constexpr (kQuantK) {
         float ks[2], kz[2];
         load_meta2<KF>(k_meta + gg * kStageTokens * KF::kMetaEntry, g, ks, kz);
-        ks[1] *= 1.f / KF::kOddRowScale;  // token g+8 came in as M + 16q (int4)
+        ks[1] *= 1.f / KF::kOddRowScale;  // token g+8 came in as 16q (int4)
 #pragma unroll
         for (int nh = 0; nh < NH; ++nh) {
           const float2 qs = *reinterpret_cast<const float2*>(qsum_s + gg * 16 + 8 * nh + 2 * tig);
@@ -497,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
           for (int c = 0; c < 4; ++c) {
             const int t = c >> 1;
             const float bias = kz[t] - KF::kMagic * ks[t];
-            st[nh][c] += ks[t] * acc[nh][c] + bias * ((c & 1) ? qs.y : qs.x);
+            st[nh][c] += (ks[t] * KF::kCodeScale) * acc[nh][c] + bias * ((c & 1) ? qs.y : qs.x);
           }
         }
       } else {
@@ -527,11 +538,11 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
         const float m_new = fmaxf(m_run[nh][h], mx);
         const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        alpha[nh][h] = exp2f(m_run[nh][h] - m_use);
+        alpha[nh][h] = fast_exp2(m_run[nh][h] - m_use);
         rescale |= alpha[nh][h] != 1.f;
         m_run[nh][h] = m_new;
-        pr[nh][h] = exp2f(st[nh][h] - m_use);
-        pr[nh][2 + h] = exp2f(st[nh][2 + h] - m_use);
+        pr[nh][h] = fast_exp2(st[nh][h] - m_use);
+        pr[nh][2 + h] = fast_exp2(st[nh][2 + h] - m_use);
         l_run[nh][h] = l_run[nh][h] * alpha[nh][h] + pr[nh][h] + pr[nh][2 + h];
       }
     }
@@ -608,7 +619,7 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
         // (as K does per token) cancels ~1024x in the tensor-core accumulator and cost 2x the error at 8K
         // tokens (measured: rel L2 3.7e-3 vs 1.5e-3).
         if constexpr (VF::kMagic != 0.f) {
-          const uint32_t magic = VF::kKind == KvKind::kINT4 ? 0x64006400u : 0x64806480u;  // 1024 / 1152
+          const uint32_t magic = 0x64806480u;  // 1152 (int8)
 #pragma unroll
           for (int i = 0; i < 4; ++i) a[i] = hsub2_u32(a[i], magic);
         }
@@ -621,16 +632,19 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     }
   };
 
+  int cur_buf = 0, next_buf = S::kStages - 1;  // ring-buffer indices (no modulo in the loop)
   for (int it = 0; it < n_iter; ++it) {
     cp_async_wait<S::kStages - 2>();
     __syncthreads();
     {
       const int nxt = it + S::kStages - 1;
       if (nxt < n_iter)
-        load_stage<KF, VF, D>(p, smem + (nxt % S::kStages) * S::kStageBytes, b, kvh, start + nxt * kStageTokens, end);
+        load_stage<KF, VF, D>(p, smem + next_buf * S::kStageBytes, b, kvh, start + nxt * kStageTokens, end);
       cp_async_commit();
+      next_buf = next_buf == S::kStages - 1 ? 0 : next_buf + 1;
     }
-    const uint8_t* stage = smem + (it % S::kStages) * S::kStageBytes;
+    const uint8_t* stage = smem + cur_buf * S::kStageBytes;
+    cur_buf = cur_buf == S::kStages - 1 ? 0 : cur_buf + 1;
     const int nvalid = end - (start + it * kStageTokens + warp * kBlockTokens);
     if (nvalid >= kBlockTokens) process_block(stage, nvalid, std::false_type{});
     else if (nvalid > 0) process_block(stage, nvalid, std::true_type{});
@@ -653,7 +667,8 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
         for (int gg = 0; gg < VF::kGroups; ++gg)
           zsum[gg][nh][h] += __shfl_xor_sync(0xffffffffu, zsum[gg][nh][h], o);
       }
-  const float o_unnorm = (VF::kQuant && v_norm != 0.f) ? 1.f / v_norm : 1.f;  // exact: a power of two
+  // Exact (powers of two): undo v_norm and the int4 code scale.
+  const float o_unnorm = ((VF::kQuant && v_norm != 0.f) ? 1.f / v_norm : 1.f) * VF::kCodeScale;
   float* o_s = reinterpret_cast<float*>(smem);  // [warp][16 heads][D]
   float* ml_s = o_s + kWarps * 16 * D;          // m [warp][16], l [warp][16]
 #pragma unroll
@@ -665,7 +680,7 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
         const int head = 8 * nh + 2 * tig + (c & 1);
         const int dim = 16 * mt + g + 8 * (c >> 1);
         float v = o_acc[mt][nh][c];
-        if (c >= 2) v *= 1.f / VF::kOddRowScale;  // dims g+8 came in as M + 16q (int4)
+        if (c >= 2) v *= 1.f / VF::kOddRowScale;  // dims g+8 came in as 16q (int4)
         o_s[(warp * 16 + head) * D + dim] = v * o_unnorm + zsum[mt / MTPG][nh][c & 1];
       }
   if (g == 0) {
