@@ -107,6 +107,27 @@ TEST(DecodeErrors, BadSplitsAndStride) {
   expect_error([](Fixture& f) { f.p.batch = 0; }, StatusCode::kInvalidArgument, "batch 0");
   expect_error([](Fixture& f) { f.p.sm_scale = -1.f; }, StatusCode::kInvalidArgument, "sm_scale");
 }
+TEST(DecodeErrors, MoreBadValues) {
+  expect_error([](Fixture& f) { f.p.batch = 70000; }, StatusCode::kInvalidArgument, "batch 70000");
+  expect_error([](Fixture& f) { f.p.v_page_stride_bytes = 32; }, StatusCode::kInvalidArgument,
+               "v_page_stride_bytes 32");
+  expect_error([](Fixture& f) { f.p.num_pages = 3; }, StatusCode::kInvalidArgument, "num_pages 3");
+  expect_error([](Fixture& f) { f.p.max_pages_per_seq = 0; }, StatusCode::kInvalidArgument,
+               "max_pages_per_seq 0");
+  expect_error([](Fixture& f) { f.p.lse = reinterpret_cast<float*>(f.fake + 2); }, StatusCode::kInvalidArgument,
+               "lse is not 4-byte aligned");
+  expect_error([](Fixture& f) { f.p.block_table = reinterpret_cast<const int32_t*>(f.fake + 1); },
+               StatusCode::kInvalidArgument, "block_table is not 4-byte aligned");
+  expect_error([](Fixture& f) { f.p.seq_lens = reinterpret_cast<const int32_t*>(f.fake + 2); },
+               StatusCode::kInvalidArgument, "seq_lens is not 4-byte aligned");
+}
+TEST(DecodeErrors, WorkspaceMisaligned) {
+  expect_error([](Fixture& f) {
+    f.p.num_splits = 2;
+    f.p.workspace = f.fake + 8;
+    f.p.workspace_bytes = size_t(1) << 30;
+  }, StatusCode::kInvalidArgument, "workspace is not 16-byte aligned");
+}
 TEST(DecodeErrors, WorkspaceTooSmall) {
   expect_error([](Fixture& f) { f.p.num_splits = 4; }, StatusCode::kOutOfMemory, "workspace of 0 bytes");
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "qdec/formats.h"
 
@@ -475,11 +476,17 @@ void quantize_row(const KvFormat& f, int head_dim, const float* x, QuantizedRow*
   }
 }
 
-void dequantize_row(const KvFormat& f, int head_dim, const QuantizedRow& q, float* x) {
+namespace {
+
+// Shared by the float and double dequantizers. In double every product and sum is exact: codes have at
+// most 11 significant bits, scales 24, and an int4 q * s + z spans at most 2^-24 .. 2^20 when s and z are
+// fp16 values. In float, int4 is one fused multiply-add (a single rounding).
+template <class T>
+void dequantize_row_as(const KvFormat& f, int head_dim, const QuantizedRow& q, T* x) {
   if (x == nullptr || head_dim <= 0 || head_dim > kMaxHeadDim) return;
   const int groups = row_groups(f, head_dim);
   if (groups == 0) {
-    std::fill(x, x + head_dim, 0.0f);
+    std::fill(x, x + head_dim, T(0));
     return;
   }
   const int gsize = head_dim / groups;
@@ -495,50 +502,30 @@ void dequantize_row(const KvFormat& f, int head_dim, const QuantizedRow& q, floa
         break;
       case KvKind::kFP8E4M3:
       case KvKind::kFP8E5M2:
-        x[i] = fp8_bits_to_float(static_cast<uint8_t>(c), f.kind) * q.scale[0];
+        x[i] = T(fp8_bits_to_float(static_cast<uint8_t>(c), f.kind)) * T(q.scale[0]);
         break;
       case KvKind::kINT8:
-        x[i] = static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(c))) * q.scale[g];
+        x[i] = T(static_cast<int8_t>(static_cast<uint8_t>(c))) * T(q.scale[g]);
         break;
       case KvKind::kINT4:
-        x[i] = std::fmaf(static_cast<float>(c & 0xF), q.scale[g], q.shift[g]);
+        if constexpr (std::is_same_v<T, float>) {
+          x[i] = std::fmaf(static_cast<float>(c & 0xF), q.scale[g], q.shift[g]);
+        } else {
+          x[i] = T(c & 0xF) * T(q.scale[g]) + T(q.shift[g]);
+        }
         break;
     }
   }
 }
 
+}  // namespace
+
+void dequantize_row(const KvFormat& f, int head_dim, const QuantizedRow& q, float* x) {
+  dequantize_row_as(f, head_dim, q, x);
+}
+
 void dequantize_row_f64(const KvFormat& f, int head_dim, const QuantizedRow& q, double* x) {
-  if (x == nullptr || head_dim <= 0 || head_dim > kMaxHeadDim) return;
-  const int groups = row_groups(f, head_dim);
-  if (groups == 0) {
-    std::fill(x, x + head_dim, 0.0);
-    return;
-  }
-  const int gsize = head_dim / groups;
-  // Every product and sum below is exact in double: codes have at most 11 significant bits, scales 24, and
-  // an int4 q * s + z spans at most 2^-24 .. 2^20 when s and z are fp16 values.
-  for (int i = 0; i < head_dim; ++i) {
-    const int g = i / gsize;
-    const uint16_t c = q.code[i];
-    switch (f.kind) {
-      case KvKind::kBF16:
-        x[i] = bf16_bits_to_float(c);
-        break;
-      case KvKind::kFP16:
-        x[i] = fp16_bits_to_float(c);
-        break;
-      case KvKind::kFP8E4M3:
-      case KvKind::kFP8E5M2:
-        x[i] = double(fp8_bits_to_float(static_cast<uint8_t>(c), f.kind)) * double(q.scale[0]);
-        break;
-      case KvKind::kINT8:
-        x[i] = double(static_cast<int8_t>(static_cast<uint8_t>(c))) * double(q.scale[g]);
-        break;
-      case KvKind::kINT4:
-        x[i] = double(c & 0xF) * double(q.scale[g]) + double(q.shift[g]);
-        break;
-    }
-  }
+  dequantize_row_as(f, head_dim, q, x);
 }
 
 // ---- Tiles -----------------------------------------------------------------------------------------
