@@ -167,12 +167,11 @@ template <class F>
 __device__ __forceinline__ void load_frag(const uint8_t* lane_base, int f, uint32_t (&r)[4]) {
   constexpr int kFragBytes = F::kBits;  // 8 values of kBits bits
   const int byte = f * kFragBytes;
-  const uint8_t* p = lane_base + (byte / 16) * 512 + (byte % 16);
   if constexpr (F::kBits == 16) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    const uint4 v = *reinterpret_cast<const uint4*>(lane_base + (byte / 16) * 512 + (byte % 16));
     r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w;
   } else if constexpr (F::kBits == 8) {
-    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    const uint2 v = *reinterpret_cast<const uint2*>(lane_base + (byte / 16) * 512 + (byte % 16));
     if constexpr (F::kKind == KvKind::kINT8) {
       const uint32_t x0 = v.x ^ 0x80808080u, x1 = v.y ^ 0x80808080u;  // two's complement -> q + 128
       r[0] = prmt(x0, 0x64646464u, 0x4140);
@@ -195,7 +194,11 @@ __device__ __forceinline__ void load_frag(const uint8_t* lane_base, int f, uint3
     // take fp16 subnormals, so one AND per register converts (no magic to subtract). Registers 1 and 3
     // keep their nibbles at bits 4..7 (16q * 2^-24), which saves two of three shifts; they hold rows g+8
     // of the A operand (tokens g+8 of K, dims g+8 of V), and the x16 is undone on those output rows.
-    const uint32_t w = *reinterpret_cast<const uint32_t*>(p);
+    // Read the whole 16-byte chunk (4 fragments): the compiler merges the repeated loads of a chunk into
+    // one LDS.128 instead of four 4-byte loads.
+    const uint4 v = *reinterpret_cast<const uint4*>(lane_base + (byte / 16) * 512);
+    const int word = (byte % 16) / 4;
+    const uint32_t w = word == 0 ? v.x : word == 1 ? v.y : word == 2 ? v.z : v.w;
     const uint32_t w8 = w >> 8;
     r[0] = w & 0x000F000Fu;
     r[1] = w & 0x00F000F0u;
@@ -255,20 +258,20 @@ struct DecodeSmem {
 // smaller pages each block16 is looked up on its own and block16s at or past `end` are skipped.
 // The per-chunk work is an add and a cp.async: address arithmetic is hoisted out of the chunk loops.
 template <class F, int D>
-__device__ __forceinline__ void load_stage_one(const DecodeKernelParams& p, const uint8_t* cache, long long page_stride,
-                                               int tile_bytes, uint8_t* s_data, uint8_t* s_meta, int b, int kvh,
-                                               int tok0, int end) {
+__device__ __forceinline__ void load_stage_one(const DecodeKernelParams& p, const uint8_t* head_base,
+                                               long long page_stride, uint8_t* s_data, uint8_t* s_meta,
+                                               long long row_off, int tok0, int end) {
   using G = BlockGeom<F, D>;
   constexpr int kDataChunks = kWarps * G::kDataBytes / 16;  // a multiple of kThreads
   static_assert(kDataChunks % kThreads == 0, "stage values must split evenly over the threads");
   constexpr int kGroupChunks = kStageTokens * F::kMetaEntry / 16;  // one group's 64 entries
   const int psl = p.page_size_log2;
   const int page_mask = (1 << psl) - 1;
+  // head_base: this KV head's tile in page 0; row_off: the sequence's first block-table entry.
   auto tile_ptr = [&](int t) {
     const int lp = t >> psl;
-    const long long page = p.block_table ? (long long)__ldg(p.block_table + (long long)b * p.max_pages_per_seq + lp)
-                                         : (long long)b * p.max_pages_per_seq + lp;
-    return cache + page * page_stride + (long long)kvh * tile_bytes;
+    const long long page = p.block_table ? (long long)__ldg(p.block_table + row_off + lp) : row_off + lp;
+    return head_base + (long long)page * page_stride;
   };
   const int tid = threadIdx.x;
   if (psl >= 6) {
@@ -315,13 +318,11 @@ __device__ __forceinline__ void load_stage_one(const DecodeKernelParams& p, cons
 }
 
 template <class KF, class VF, int D>
-__device__ __forceinline__ void load_stage(const DecodeKernelParams& p, uint8_t* stage, int b, int kvh, int tok0,
-                                           int end) {
+__device__ __forceinline__ void load_stage(const DecodeKernelParams& p, uint8_t* stage, const uint8_t* k_head,
+                                           const uint8_t* v_head, long long row_off, int tok0, int end) {
   using S = DecodeSmem<KF, VF, D>;
-  load_stage_one<KF, D>(p, p.k_cache, p.k_page_stride, p.k_tile_bytes, stage, stage + S::kOffKMeta, b, kvh, tok0,
-                        end);
-  load_stage_one<VF, D>(p, p.v_cache, p.v_page_stride, p.v_tile_bytes, stage + S::kOffVData, stage + S::kOffVMeta, b,
-                        kvh, tok0, end);
+  load_stage_one<KF, D>(p, k_head, p.k_page_stride, stage, stage + S::kOffKMeta, row_off, tok0, end);
+  load_stage_one<VF, D>(p, v_head, p.v_page_stride, stage + S::kOffVData, stage + S::kOffVMeta, row_off, tok0, end);
 }
 
 // NH: n-tiles of 8 query heads (1 for group_size <= 8, 2 for 9..16).
@@ -384,9 +385,12 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   }
 
   // Then start the pipeline, so the Q set-up below overlaps the first copies.
+  const long long row_off = (long long)b * p.max_pages_per_seq;
+  const uint8_t* k_head = p.k_cache + (long long)kvh * p.k_tile_bytes;
+  const uint8_t* v_head = p.v_cache + (long long)kvh * p.v_tile_bytes;
 #pragma unroll
   for (int st = 0; st < S::kStages - 1; ++st) {
-    if (st < n_iter) load_stage<KF, VF, D>(p, smem + st * S::kStageBytes, b, kvh, start + st * kStageTokens, end);
+    if (st < n_iter) load_stage<KF, VF, D>(p, smem + st * S::kStageBytes, k_head, v_head, row_off, start + st * kStageTokens, end);
     cp_async_commit();
   }
 
@@ -639,7 +643,8 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     {
       const int nxt = it + S::kStages - 1;
       if (nxt < n_iter)
-        load_stage<KF, VF, D>(p, smem + next_buf * S::kStageBytes, b, kvh, start + nxt * kStageTokens, end);
+        load_stage<KF, VF, D>(p, smem + next_buf * S::kStageBytes, k_head, v_head, row_off, start + nxt * kStageTokens,
+                              end);
       cp_async_commit();
       next_buf = next_buf == S::kStages - 1 ? 0 : next_buf + 1;
     }
