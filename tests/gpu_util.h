@@ -27,15 +27,15 @@ inline std::string gpu_unavailable_reason() {
   return reason;
 }
 
-#define QDEC_SKIP_WITHOUT_GPU()                                         \
-  do {                                                                  \
-    const std::string why = ::qdec::test::gpu_unavailable_reason();     \
-    if (!why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;      \
+#define QDEC_SKIP_WITHOUT_GPU()                                     \
+  do {                                                              \
+    const std::string why = ::qdec::test::gpu_unavailable_reason(); \
+    if (!why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;  \
   } while (0)
 
-#define QDEC_CUDA_CHECK(call)                                                                      \
-  do {                                                                                             \
-    cudaError_t e_ = (call);                                                                       \
+#define QDEC_CUDA_CHECK(call)                                                                             \
+  do {                                                                                                    \
+    cudaError_t e_ = (call);                                                                              \
     ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorName(e_) << " " << cudaGetErrorString(e_); \
   } while (0)
 

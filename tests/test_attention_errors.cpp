@@ -66,8 +66,7 @@ TEST(DecodeErrors, NullPointers) {
   expect_error([](Fixture& f) { f.p.k_cache = nullptr; }, StatusCode::kInvalidArgument, "k_cache is null");
   expect_error([](Fixture& f) { f.p.v_cache = nullptr; }, StatusCode::kInvalidArgument, "v_cache is null");
   expect_error([](Fixture& f) { f.p.seq_lens = nullptr; }, StatusCode::kInvalidArgument, "seq_lens is null");
-  expect_error([](Fixture& f) { f.p.seq_lens_host = nullptr; }, StatusCode::kInvalidArgument,
-               "seq_lens_host is null");
+  expect_error([](Fixture& f) { f.p.seq_lens_host = nullptr; }, StatusCode::kInvalidArgument, "seq_lens_host is null");
 }
 TEST(DecodeErrors, MisalignedPointers) {
   expect_error([](Fixture& f) { f.p.q = f.fake + 2; }, StatusCode::kInvalidArgument, "q is not 16-byte aligned");
@@ -76,25 +75,33 @@ TEST(DecodeErrors, MisalignedPointers) {
   expect_error([](Fixture& f) { f.p.o = f.fake + 4; }, StatusCode::kInvalidArgument, "o is not 16-byte aligned");
 }
 TEST(DecodeErrors, MismatchedFormats) {
-  expect_error([](Fixture& f) {
-    f.p.k_format = KvFormat::bf16();
-    f.p.v_format = KvFormat::int8(0);
-  }, StatusCode::kInvalidArgument, "k_format bf16 and v_format int8");
-  expect_error([](Fixture& f) {
-    f.p.k_format = f.p.v_format = KvFormat::fp16();
-    f.p.q_dtype = DType::kBF16;
-  }, StatusCode::kInvalidArgument, "q_dtype bf16");
-  expect_error([](Fixture& f) {
-    f.p.k_format = KvFormat::int4(1);
-    f.p.v_format = KvFormat::int8(32);
-  }, StatusCode::kUnsupported, "(int4, int8-g32)");
+  expect_error(
+      [](Fixture& f) {
+        f.p.k_format = KvFormat::bf16();
+        f.p.v_format = KvFormat::int8(0);
+      },
+      StatusCode::kInvalidArgument, "k_format bf16 and v_format int8");
+  expect_error(
+      [](Fixture& f) {
+        f.p.k_format = f.p.v_format = KvFormat::fp16();
+        f.p.q_dtype = DType::kBF16;
+      },
+      StatusCode::kInvalidArgument, "q_dtype bf16");
+  expect_error(
+      [](Fixture& f) {
+        f.p.k_format = KvFormat::int4(1);
+        f.p.v_format = KvFormat::int8(32);
+      },
+      StatusCode::kUnsupported, "(int4, int8-g32)");
 }
 TEST(DecodeErrors, Int4EightGroupsNeedsHeadDim128) {
-  expect_error([](Fixture& f) {
-    f.p.head_dim = 64;
-    f.p.k_format = f.p.v_format = KvFormat::int4(8);
-    f.p.k_page_stride_bytes = f.p.v_page_stride_bytes = 1 << 20;
-  }, StatusCode::kUnsupported, "(int4-g8, int4-g8) at head_dim 64");
+  expect_error(
+      [](Fixture& f) {
+        f.p.head_dim = 64;
+        f.p.k_format = f.p.v_format = KvFormat::int4(8);
+        f.p.k_page_stride_bytes = f.p.v_page_stride_bytes = 1 << 20;
+      },
+      StatusCode::kUnsupported, "(int4-g8, int4-g8) at head_dim 64");
 }
 TEST(DecodeErrors, BadPageSize) {
   expect_error([](Fixture& f) { f.p.page_size = 48; }, StatusCode::kInvalidArgument, "page_size 48");
@@ -112,8 +119,7 @@ TEST(DecodeErrors, MoreBadValues) {
   expect_error([](Fixture& f) { f.p.v_page_stride_bytes = 32; }, StatusCode::kInvalidArgument,
                "v_page_stride_bytes 32");
   expect_error([](Fixture& f) { f.p.num_pages = 3; }, StatusCode::kInvalidArgument, "num_pages 3");
-  expect_error([](Fixture& f) { f.p.max_pages_per_seq = 0; }, StatusCode::kInvalidArgument,
-               "max_pages_per_seq 0");
+  expect_error([](Fixture& f) { f.p.max_pages_per_seq = 0; }, StatusCode::kInvalidArgument, "max_pages_per_seq 0");
   expect_error([](Fixture& f) { f.p.lse = reinterpret_cast<float*>(f.fake + 2); }, StatusCode::kInvalidArgument,
                "lse is not 4-byte aligned");
   expect_error([](Fixture& f) { f.p.block_table = reinterpret_cast<const int32_t*>(f.fake + 1); },
@@ -122,11 +128,13 @@ TEST(DecodeErrors, MoreBadValues) {
                StatusCode::kInvalidArgument, "seq_lens is not 4-byte aligned");
 }
 TEST(DecodeErrors, WorkspaceMisaligned) {
-  expect_error([](Fixture& f) {
-    f.p.num_splits = 2;
-    f.p.workspace = f.fake + 8;
-    f.p.workspace_bytes = size_t(1) << 30;
-  }, StatusCode::kInvalidArgument, "workspace is not 16-byte aligned");
+  expect_error(
+      [](Fixture& f) {
+        f.p.num_splits = 2;
+        f.p.workspace = f.fake + 8;
+        f.p.workspace_bytes = size_t(1) << 30;
+      },
+      StatusCode::kInvalidArgument, "workspace is not 16-byte aligned");
 }
 TEST(DecodeErrors, WorkspaceTooSmall) {
   expect_error([](Fixture& f) { f.p.num_splits = 4; }, StatusCode::kOutOfMemory, "workspace of 0 bytes");

@@ -40,8 +40,9 @@ struct Case {
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   std::string s = std::string(c.k_format) + "_" + c.v_format + "_d" + std::to_string(c.head_dim) + "_g" +
-                  std::to_string(c.group_size) + "_" + (c.len_case > 0 ? "len" + std::to_string(c.len_case) : "unequal") +
-                  "_s" + std::to_string(c.splits) + "_p" + std::to_string(c.page_size);
+                  std::to_string(c.group_size) + "_" +
+                  (c.len_case > 0 ? "len" + std::to_string(c.len_case) : "unequal") + "_s" + std::to_string(c.splits) +
+                  "_p" + std::to_string(c.page_size);
   for (char& ch : s)
     if (ch == '-') ch = '_';
   return s;
@@ -108,8 +109,8 @@ void run_case(const Case& c, uint64_t seed) {
   // Reference.
   const double sm_scale = 1.0 / std::sqrt(static_cast<double>(D));
   std::vector<double> o_ref(q.size()), lse_ref(static_cast<size_t>(batch) * num_qo_heads);
-  decode_attention_reference(batch, num_qo_heads, num_kv_heads, D, t_max, sm_scale, q64.data(), k64.data(),
-                             v64.data(), lens.data(), o_ref.data(), lse_ref.data());
+  decode_attention_reference(batch, num_qo_heads, num_kv_heads, D, t_max, sm_scale, q64.data(), k64.data(), v64.data(),
+                             lens.data(), o_ref.data(), lse_ref.data());
 
   // Device.
   DeviceBuffer d_q(q_bits.size() * 2), d_o(q_bits.size() * 2), d_lse(lse_ref.size() * 4);
@@ -175,9 +176,10 @@ struct Pair {
   const char* k;
   const char* v;
 };
-const Pair kPairs[] = {{"bf16", "bf16"},       {"fp16", "fp16"},       {"fp8e4m3", "fp8e4m3"}, {"fp8e5m2", "fp8e5m2"},
-                       {"int8", "int8"},       {"int8-g64", "int8-g64"}, {"int8-g32", "int8-g32"}, {"int4", "int4"},
-                       {"int4-g2", "int4-g2"}, {"int4-g4", "int4-g4"}, {"int4-g8", "int4-g8"}, {"int8", "int4"},
+const Pair kPairs[] = {{"bf16", "bf16"},         {"fp16", "fp16"},       {"fp8e4m3", "fp8e4m3"},
+                       {"fp8e5m2", "fp8e5m2"},   {"int8", "int8"},       {"int8-g64", "int8-g64"},
+                       {"int8-g32", "int8-g32"}, {"int4", "int4"},       {"int4-g2", "int4-g2"},
+                       {"int4-g4", "int4-g4"},   {"int4-g8", "int4-g8"}, {"int8", "int4"},
                        {"int8-g32", "int4-g4"}};
 
 std::vector<Case> all_cases() {
@@ -197,8 +199,8 @@ INSTANTIATE_TEST_SUITE_P(Formats, DecodeGpu, ::testing::ValuesIn(all_cases()), c
 std::vector<Case> extra_cases() {
   std::vector<Case> cases;
   for (int page : {16, 32, 128, 256})
-    for (const Pair& pr : {Pair{"bf16", "bf16"}, Pair{"int4-g4", "int4-g4"}, Pair{"fp8e4m3", "fp8e4m3"},
-                           Pair{"int8-g32", "int4-g4"}})
+    for (const Pair& pr :
+         {Pair{"bf16", "bf16"}, Pair{"int4-g4", "int4-g4"}, Pair{"fp8e4m3", "fp8e4m3"}, Pair{"int8-g32", "int4-g4"}})
       cases.push_back({pr.k, pr.v, 128, 4, 0, 0, page});
   for (int gs : {2, 5, 7, 16})
     for (const Pair& pr : {Pair{"bf16", "bf16"}, Pair{"int4", "int4"}, Pair{"int8-g32", "int8-g32"}})

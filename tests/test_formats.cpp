@@ -101,17 +101,15 @@ std::vector<float> conversion_inputs(uint64_t seed) {
     const int max_code = e4m3 ? 0x7E : 0x7B;
     for (int c = 0; c <= max_code; ++c) {
       const double lo = fp8_bits_to_float(static_cast<uint8_t>(c), kind);
-      const double hi =
-          c == max_code ? (e4m3 ? 480.0 : 65536.0) : fp8_bits_to_float(static_cast<uint8_t>(c + 1), kind);
+      const double hi = c == max_code ? (e4m3 ? 480.0 : 65536.0) : fp8_bits_to_float(static_cast<uint8_t>(c + 1), kind);
       push_around(lo);
       push_around(0.5 * (lo + hi));
     }
   }
-  for (uint32_t u :
-       {0x00000000u, 0x00000001u, 0x007FFFFFu, 0x00800000u, 0x7F7FFFFFu, 0x7F800000u, 0x7F800001u,
-        0x7FA00000u, 0x7FC00000u, 0x7FC00001u, 0x7FFFFFFFu, 0x33000000u, 0x33000001u, 0x33800000u,
-        0x3A800000u, 0x3A800001u, 0x37000000u, 0x37000001u, 0x477FE000u, 0x477FEFFFu, 0x477FF000u,
-        0x43E80000u, 0x43E80001u, 0x47700000u, 0x476FFFFFu}) {
+  for (uint32_t u : {0x00000000u, 0x00000001u, 0x007FFFFFu, 0x00800000u, 0x7F7FFFFFu, 0x7F800000u, 0x7F800001u,
+                     0x7FA00000u, 0x7FC00000u, 0x7FC00001u, 0x7FFFFFFFu, 0x33000000u, 0x33000001u, 0x33800000u,
+                     0x3A800000u, 0x3A800001u, 0x37000000u, 0x37000001u, 0x477FE000u, 0x477FEFFFu, 0x477FF000u,
+                     0x43E80000u, 0x43E80001u, 0x47700000u, 0x476FFFFFu}) {
     bits.push_back(u);
     bits.push_back(u | 0x80000000u);
   }
@@ -133,8 +131,8 @@ void expect_same_conversion(const char* what, Mine mine, Ref ref) {
   for (float x : xs) {
     const unsigned got = mine(x), want = ref(x);
     if (got != want && ++bad <= 5) {
-      ADD_FAILURE() << what << "(bits 0x" << std::hex << fbits(x) << " = " << x << "): got 0x" << got
-                    << ", CUDA 0x" << want;
+      ADD_FAILURE() << what << "(bits 0x" << std::hex << fbits(x) << " = " << x << "): got 0x" << got << ", CUDA 0x"
+                    << want;
     }
   }
   EXPECT_EQ(bad, 0u) << what << ": mismatches out of " << xs.size() << " inputs";
@@ -155,8 +153,7 @@ TEST(Conversions, Fp8MatchesCuda) {
   SCOPED_TRACE(qdec_seed_message());
   for (KvKind kind : {KvKind::kFP8E4M3, KvKind::kFP8E5M2}) {
     expect_same_conversion(
-        kind == KvKind::kFP8E4M3 ? "fp8 e4m3" : "fp8 e5m2",
-        [kind](float x) { return float_to_fp8_bits(x, kind); },
+        kind == KvKind::kFP8E4M3 ? "fp8 e4m3" : "fp8 e5m2", [kind](float x) { return float_to_fp8_bits(x, kind); },
         [kind](float x) { return cuda_fp8(x, kind); });
   }
 }
@@ -166,8 +163,7 @@ TEST(Conversions, DecodeAllCodesMatchesCuda) {
     const uint16_t h = static_cast<uint16_t>(b);
     ASSERT_EQ(fbits(bf16_bits_to_float(h)), fbits(__bfloat162float(__nv_bfloat16(__nv_bfloat16_raw{h}))))
         << "bf16 0x" << std::hex << b;
-    ASSERT_EQ(fbits(fp16_bits_to_float(h)), fbits(__half2float(__half(__half_raw{h}))))
-        << "fp16 0x" << std::hex << b;
+    ASSERT_EQ(fbits(fp16_bits_to_float(h)), fbits(__half2float(__half(__half_raw{h})))) << "fp16 0x" << std::hex << b;
   }
   for (KvKind kind : {KvKind::kFP8E4M3, KvKind::kFP8E5M2}) {
     for (uint32_t b = 0; b < 256; ++b) {
@@ -191,10 +187,10 @@ TEST(Conversions, EncodeOfDecodeIsIdentity) {
     EXPECT_EQ(float_to_fp8_bits(fp8_bits_to_float(c, KvKind::kFP8E4M3), KvKind::kFP8E4M3),
               (c & 0x7F) == 0x7F ? 0x7F : c);
     const bool e5m2_inf = (c & 0x7F) == 0x7C, e5m2_nan = (c & 0x7F) > 0x7C;
-    EXPECT_EQ(float_to_fp8_bits(fp8_bits_to_float(c, KvKind::kFP8E5M2), KvKind::kFP8E5M2),
-              e5m2_nan   ? 0x7F
-              : e5m2_inf ? (c & 0x80) | 0x7B
-                         : c);
+    EXPECT_EQ(float_to_fp8_bits(fp8_bits_to_float(c, KvKind::kFP8E5M2), KvKind::kFP8E5M2), e5m2_nan ? 0x7F
+                                                                                           : e5m2_inf
+                                                                                               ? (c & 0x80) | 0x7B
+                                                                                               : c);
   }
 }
 
@@ -421,8 +417,7 @@ TEST(Quantize, Fp8E4M3Hand) {
   std::copy(std::begin(in), std::end(in), x.begin());
   const QuantizedRow q = quantize(KvFormat::fp8_e4m3(), x);
   EXPECT_EQ(fbits(q.scale[0]), fbits(1.0f));
-  const uint16_t want[] = {0x7E, 0x38, 0xC0, 0x30, 0x38, 0x3A, 0x01,
-                           0x02, 0x00, 0x7F, 0x7E, 0xFE, 0x80, 0x57};
+  const uint16_t want[] = {0x7E, 0x38, 0xC0, 0x30, 0x38, 0x3A, 0x01, 0x02, 0x00, 0x7F, 0x7E, 0xFE, 0x80, 0x57};
   for (int i = 0; i < 14; ++i) EXPECT_EQ(q.code[i], want[i]) << "dim " << i;
   const std::vector<double> y = dequantize(KvFormat::fp8_e4m3(), 64, q);
   EXPECT_TRUE(std::isnan(y[9]));
@@ -682,8 +677,7 @@ TEST(Quantize, RoundTripErrorBounds) {
           const auto [lo, hi] = std::minmax_element(x.begin() + g * gsize, x.begin() + (g + 1) * gsize);
           for (int i = g * gsize; i < (g + 1) * gsize; ++i) {
             const double bound = error_bound(f, q, g, x[i], *lo, *hi);
-            ASSERT_LE(std::fabs(y[i] - x[i]), bound)
-                << "dim " << i << " x " << x[i] << " scale " << q.scale[g];
+            ASSERT_LE(std::fabs(y[i] - x[i]), bound) << "dim " << i << " x " << x[i] << " scale " << q.scale[g];
             // The float dequantization is the exact value rounded once.
             ASSERT_EQ(fbits(yf[i]), fbits(static_cast<float>(y[i]))) << "dim " << i;
           }
@@ -738,8 +732,7 @@ TEST(Formats, SizesMatchDocsTable) {
 void expect_invalid(const Status& s, const std::string& needle) {
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find(needle), std::string::npos)
-      << "message '" << s.message() << "' lacks " << needle;
+  EXPECT_NE(s.message().find(needle), std::string::npos) << "message '" << s.message() << "' lacks " << needle;
   EXPECT_EQ(s.to_string(), "InvalidArgument: " + s.message());
 }
 
@@ -1071,8 +1064,7 @@ TEST(TileLayout, Int4WritePreservesOtherNibbles) {
       for (int u = 0; u < 16; ++u) {
         QuantizedRow back;
         tile_read_row(layout, role, tile.data(), u, &back);
-        for (int i = 0; i < 128; ++i)
-          ASSERT_EQ(back.code[i], u == t ? 0 : 15) << "wrote " << t << ", read " << u;
+        for (int i = 0; i < 128; ++i) ASSERT_EQ(back.code[i], u == t ? 0 : 15) << "wrote " << t << ", read " << u;
       }
     }
   }

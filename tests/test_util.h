@@ -25,8 +25,7 @@ inline uint64_t qdec_test_seed() {
     }
     std::random_device rd;
     const uint64_t hi = rd(), lo = rd();
-    return (hi << 32) ^ lo ^
-           static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    return (hi << 32) ^ lo ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   }();
   return seed;
 }

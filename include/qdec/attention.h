@@ -39,13 +39,13 @@ struct DecodeAttentionParams {
   // Cache.
   KvFormat k_format;
   KvFormat v_format;
-  int page_size = 64;             // tokens per tile, a power of two in 16..256
-  int max_pages_per_seq = 0;      // pages reserved per sequence (contiguous: ceil(t_max / page_size))
-  int num_pages = 0;              // pages in the pool (contiguous: batch * max_pages_per_seq)
-  size_t k_page_stride_bytes = 0; // bytes between consecutive pages of k_cache (>= num_kv_heads * K tile)
-  size_t v_page_stride_bytes = 0; // bytes between consecutive pages of v_cache (>= num_kv_heads * V tile)
-  const void* k_cache = nullptr;  // device, 16-byte aligned
-  const void* v_cache = nullptr;  // device, 16-byte aligned
+  int page_size = 64;                    // tokens per tile, a power of two in 16..256
+  int max_pages_per_seq = 0;             // pages reserved per sequence (contiguous: ceil(t_max / page_size))
+  int num_pages = 0;                     // pages in the pool (contiguous: batch * max_pages_per_seq)
+  size_t k_page_stride_bytes = 0;        // bytes between consecutive pages of k_cache (>= num_kv_heads * K tile)
+  size_t v_page_stride_bytes = 0;        // bytes between consecutive pages of v_cache (>= num_kv_heads * V tile)
+  const void* k_cache = nullptr;         // device, 16-byte aligned
+  const void* v_cache = nullptr;         // device, 16-byte aligned
   const int32_t* block_table = nullptr;  // device [batch, max_pages_per_seq]; nullptr = contiguous
 
   // Lengths.
@@ -78,8 +78,8 @@ void set_contiguous_cache(DecodeAttentionParams* p, const ContiguousKvLayout& k_
 // ---- CPU reference ----------------------------------------------------------------------------------
 // float64 decode attention on dequantized K/V [batch][t_max][num_kv_heads][head_dim] (tokens >= seq_lens[b]
 // ignored), Q [batch][num_qo_heads][head_dim]; O same shape; lse [batch][num_qo_heads] (natural log).
-void decode_attention_reference(int batch, int num_qo_heads, int num_kv_heads, int head_dim, int t_max,
-                                double sm_scale, const double* q, const double* k, const double* v,
-                                const int32_t* seq_lens, double* o, double* lse);
+void decode_attention_reference(int batch, int num_qo_heads, int num_kv_heads, int head_dim, int t_max, double sm_scale,
+                                const double* q, const double* k, const double* v, const int32_t* seq_lens, double* o,
+                                double* lse);
 
 }  // namespace qdec

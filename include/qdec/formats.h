@@ -76,12 +76,12 @@ inline int kv_row_bytes(const KvFormat& f, int head_dim) {
 Status validate_kv_format(const KvFormat& f, int head_dim);
 
 // ---- Rounding ground truth (bit-exact with the CUDA intrinsics named in docs/formats.md) ----------------
-uint16_t float_to_bf16_bits(float x);   // round to nearest even; NaN -> 0x7FFF (as CUDA)
+uint16_t float_to_bf16_bits(float x);  // round to nearest even; NaN -> 0x7FFF (as CUDA)
 float bf16_bits_to_float(uint16_t b);
-uint16_t float_to_fp16_bits(float x);   // round to nearest even, overflow -> +-Inf, NaN -> 0x7FFF (as CUDA)
+uint16_t float_to_fp16_bits(float x);  // round to nearest even, overflow -> +-Inf, NaN -> 0x7FFF (as CUDA)
 float fp16_bits_to_float(uint16_t b);
-uint16_t float_to_fp16_bits_satfinite(float x);  // as above, but finite overflow and +-Inf -> +-65504
-uint8_t float_to_fp8_bits(float x, KvKind kind);   // RNE, saturating to the largest finite; NaN -> 0x7F (as CUDA)
+uint16_t float_to_fp16_bits_satfinite(float x);   // as above, but finite overflow and +-Inf -> +-65504
+uint8_t float_to_fp8_bits(float x, KvKind kind);  // RNE, saturating to the largest finite; NaN -> 0x7F (as CUDA)
 float fp8_bits_to_float(uint8_t b, KvKind kind);
 
 // ---- One row ----------------------------------------------------------------------------------------
@@ -102,8 +102,7 @@ struct QuantizeOptions {
 
 // Quantize head_dim floats. Defined for all inputs (docs/formats.md, "Special values"): all-zero rows,
 // huge values and non-finite values give finite scales.
-void quantize_row(const KvFormat& f, int head_dim, const float* x, QuantizedRow* out,
-                  const QuantizeOptions& opts = {});
+void quantize_row(const KvFormat& f, int head_dim, const float* x, QuantizedRow* out, const QuantizeOptions& opts = {});
 // Dequantize to float (int4: fmaf(q, scale, shift); int8: q * scale; fp8: value * scale).
 void dequantize_row(const KvFormat& f, int head_dim, const QuantizedRow& q, float* x);
 // Exact dequantized values in double (what the attention reference consumes).
@@ -152,8 +151,7 @@ struct ContiguousKvLayout {
   size_t total_bytes() const { return size_t(batch) * pages_per_seq() * page_bytes(); }
   // Start of the tile holding token t of sequence b, head h.
   size_t tile_offset(int b, int t, int h) const {
-    return (size_t(b) * pages_per_seq() + size_t(t / tile.page_size)) * page_bytes() +
-           size_t(h) * tile.tile_bytes();
+    return (size_t(b) * pages_per_seq() + size_t(t / tile.page_size)) * page_bytes() + size_t(h) * tile.tile_bytes();
   }
 };
 
@@ -162,7 +160,7 @@ struct ContiguousKvLayout {
 void quantize_into_cache(const ContiguousKvLayout& layout, KvRole role, const float* x, const int32_t* seq_lens,
                          uint8_t* cache, const QuantizeOptions& opts = {});
 // Exact dequantized values [batch][t_max][num_kv_heads][head_dim] in double; tokens >= seq_lens[b] are 0.
-void dequantize_cache_f64(const ContiguousKvLayout& layout, KvRole role, const uint8_t* cache,
-                          const int32_t* seq_lens, double* x);
+void dequantize_cache_f64(const ContiguousKvLayout& layout, KvRole role, const uint8_t* cache, const int32_t* seq_lens,
+                          double* x);
 
 }  // namespace qdec

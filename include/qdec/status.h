@@ -36,9 +36,9 @@ class [[nodiscard]] Status {
 };
 
 // Propagate a failed Status to the caller.
-#define QDEC_RETURN_IF_ERROR(expr)           \
-  do {                                       \
-    ::qdec::Status qdec_status_ = (expr);    \
+#define QDEC_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::qdec::Status qdec_status_ = (expr);        \
     if (!qdec_status_.ok()) return qdec_status_; \
   } while (0)
 

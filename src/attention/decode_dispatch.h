@@ -27,14 +27,14 @@ std::span<const DecodeKernelInfo> decode_kernels_int4();
 }  // namespace qdec::attention
 
 // Entry for decode_attention_kernel<Fmt<KK, KG>, Fmt<VK, VG>, D, NH> (NH = 1 and 2).
-#define QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, NH)                                                         \
-  reinterpret_cast<const void*>(                                                                         \
-      &::qdec::attention::decode_attention_kernel<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>,         \
+#define QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, NH)                                                 \
+  reinterpret_cast<const void*>(                                                                  \
+      &::qdec::attention::decode_attention_kernel<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>, \
                                                   ::qdec::attention::Fmt<::qdec::KvKind::VK, VG>, D, NH>)
-#define QDEC_DECODE_ENTRY(KK, KG, VK, VG, D)                                                              \
-  ::qdec::attention::DecodeKernelInfo {                                                                   \
-    ::qdec::KvKind::KK, KG, ::qdec::KvKind::VK, VG, D,                                                    \
-        {QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 1), QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 2)},             \
-        ::qdec::attention::DecodeSmem<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>,                     \
-                                      ::qdec::attention::Fmt<::qdec::KvKind::VK, VG>, D>::kBytes          \
+#define QDEC_DECODE_ENTRY(KK, KG, VK, VG, D)                                                     \
+  ::qdec::attention::DecodeKernelInfo {                                                          \
+    ::qdec::KvKind::KK, KG, ::qdec::KvKind::VK, VG, D,                                           \
+        {QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 1), QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 2)},    \
+        ::qdec::attention::DecodeSmem<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>,            \
+                                      ::qdec::attention::Fmt<::qdec::KvKind::VK, VG>, D>::kBytes \
   }

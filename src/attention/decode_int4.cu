@@ -7,16 +7,11 @@ namespace qdec::attention {
 
 std::span<const DecodeKernelInfo> decode_kernels_int4() {
   static const DecodeKernelInfo kList[] = {
-      QDEC_DECODE_ENTRY(kINT4, 1, kINT4, 1, 64),
-      QDEC_DECODE_ENTRY(kINT4, 2, kINT4, 2, 64),
-      QDEC_DECODE_ENTRY(kINT4, 4, kINT4, 4, 64),
-      QDEC_DECODE_ENTRY(kINT4, 1, kINT4, 1, 128),
-      QDEC_DECODE_ENTRY(kINT4, 2, kINT4, 2, 128),
-      QDEC_DECODE_ENTRY(kINT4, 4, kINT4, 4, 128),
-      QDEC_DECODE_ENTRY(kINT4, 8, kINT4, 8, 128),
-      QDEC_DECODE_ENTRY(kINT8, 1, kINT4, 1, 64),
-      QDEC_DECODE_ENTRY(kINT8, 2, kINT4, 4, 64),
-      QDEC_DECODE_ENTRY(kINT8, 1, kINT4, 1, 128),
+      QDEC_DECODE_ENTRY(kINT4, 1, kINT4, 1, 64),  QDEC_DECODE_ENTRY(kINT4, 2, kINT4, 2, 64),
+      QDEC_DECODE_ENTRY(kINT4, 4, kINT4, 4, 64),  QDEC_DECODE_ENTRY(kINT4, 1, kINT4, 1, 128),
+      QDEC_DECODE_ENTRY(kINT4, 2, kINT4, 2, 128), QDEC_DECODE_ENTRY(kINT4, 4, kINT4, 4, 128),
+      QDEC_DECODE_ENTRY(kINT4, 8, kINT4, 8, 128), QDEC_DECODE_ENTRY(kINT8, 1, kINT4, 1, 64),
+      QDEC_DECODE_ENTRY(kINT8, 2, kINT4, 4, 64),  QDEC_DECODE_ENTRY(kINT8, 1, kINT4, 1, 128),
       QDEC_DECODE_ENTRY(kINT8, 4, kINT4, 4, 128),
   };
   return kList;

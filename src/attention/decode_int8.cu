@@ -7,10 +7,8 @@ namespace qdec::attention {
 
 std::span<const DecodeKernelInfo> decode_kernels_int8() {
   static const DecodeKernelInfo kList[] = {
-      QDEC_DECODE_ENTRY(kINT8, 1, kINT8, 1, 64),
-      QDEC_DECODE_ENTRY(kINT8, 2, kINT8, 2, 64),
-      QDEC_DECODE_ENTRY(kINT8, 1, kINT8, 1, 128),
-      QDEC_DECODE_ENTRY(kINT8, 2, kINT8, 2, 128),
+      QDEC_DECODE_ENTRY(kINT8, 1, kINT8, 1, 64),  QDEC_DECODE_ENTRY(kINT8, 2, kINT8, 2, 64),
+      QDEC_DECODE_ENTRY(kINT8, 1, kINT8, 1, 128), QDEC_DECODE_ENTRY(kINT8, 2, kINT8, 2, 128),
       QDEC_DECODE_ENTRY(kINT8, 4, kINT8, 4, 128),
   };
   return kList;

@@ -15,12 +15,12 @@
 //   cp.async, kStages deep. The cache stores values in A-fragment order (docs/formats.md), so every lane
 //   reads its fragments with plain shared loads and dequantizes in registers (lop3 / prmt / cvt); no
 //   transpose, no ldmatrix on sub-16-bit data.
-// - Quantized formats compute in fp16 on exact codes (int4: the subnormal q * 2^-24 by one AND, 16q on
-//   the odd rows to save shifts; int8: 1152+q via the 0x64 magic; fp8: exact fp16). Scales stay outside the MMA: K has one
-//   accumulator per scale group (16k dims = whole k-steps), scaled per token afterwards, with the magic and
-//   the int4 shift folded into a per-token bias times sum(Q over the group); V folds its per-token scale
-//   into P (P' = P * s * v_norm, one P' per group) and its int4 shift into a side sum P * z. Q is brought
-//   into fp16 with a power-of-two factor (exact for bf16 inputs) folded into the softmax scale.
+// - Quantized formats compute in fp16 on exact codes (int4: the subnormal q * 2^-24 by one AND, 16q on the odd
+//   rows to save shifts; int8: 1152+q via the 0x64 magic; fp8: exact fp16). Scales stay outside the MMA: K has one
+//   accumulator per scale group (16k dims = whole k-steps), scaled per token afterwards, with the magic and the int4
+//   shift folded into a per-token bias times sum(Q over the group); V folds its per-token scale into P
+//   (P' = P * s * v_norm, one P' per group) and its int4 shift into a side sum P * z. Q is brought into fp16 with a
+//   power-of-two factor (exact for bf16 inputs) folded into the softmax scale.
 // - Online softmax per warp in the log2 domain; warps merge through shared memory at the end; split-K
 //   partials are merged by decode_merge.cu (programmatic dependent launch).
 #pragma once
@@ -47,9 +47,9 @@ struct DecodeKernelParams {
   const int32_t* seq_lens;
   const void* q;
   void* o;
-  float* lse;        // optional, natural log
-  float* part_o;     // [B, HQ, S, D] when num_splits > 1
-  float* part_lse;   // [B, HQ, S] (log2 domain)
+  float* lse;       // optional, natural log
+  float* part_o;    // [B, HQ, S, D] when num_splits > 1
+  float* part_lse;  // [B, HQ, S] (log2 domain)
   long long k_page_stride;
   long long v_page_stride;
   int k_tile_bytes;
@@ -80,14 +80,11 @@ struct Fmt {
   static constexpr float kCodeScale = Kind == KvKind::kINT4 ? 16777216.f : 1.f;
   // Extra factor on the codes of A-operand rows g+8 (registers 1 and 3): int4 keeps them as 16q * 2^-24.
   static constexpr float kOddRowScale = Kind == KvKind::kINT4 ? 16.f : 1.f;
-
 };
 
 template <class F, int D>
 struct BlockGeom {
-  static constexpr int kDataBytes = kBlockTokens * D * F::kBits / 8;   // one block16 of values
-  static constexpr int kLaneBytes = kDataBytes / 32;
-  static constexpr int kChunks = kLaneBytes / 16;                        // 16-byte loads per lane
+  static constexpr int kDataBytes = kBlockTokens * D * F::kBits / 8;            // one block16 of values
   static constexpr int kMetaBytes = kBlockTokens * F::kGroups * F::kMetaEntry;  // one block16's scales
 };
 
@@ -141,7 +138,9 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -169,7 +168,10 @@ __device__ __forceinline__ void load_frag(const uint8_t* lane_base, int f, uint3
   const int byte = f * kFragBytes;
   if constexpr (F::kBits == 16) {
     const uint4 v = *reinterpret_cast<const uint4*>(lane_base + (byte / 16) * 512 + (byte % 16));
-    r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w;
+    r[0] = v.x;
+    r[1] = v.y;
+    r[2] = v.z;
+    r[3] = v.w;
   } else if constexpr (F::kBits == 8) {
     const uint2 v = *reinterpret_cast<const uint2*>(lane_base + (byte / 16) * 512 + (byte % 16));
     if constexpr (F::kKind == KvKind::kINT8) {
@@ -236,8 +238,8 @@ struct DecodeSmem {
   static constexpr int kStages = kStageBytes <= 10 * 1024 ? 5 : 3;
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kCombineBytes = kWarps * 16 * D * 4 + 3 * kWarps * 16 * 4 + 16 * 4;
-  static constexpr int kQBytes = 16 * D * 4;                    // Q as float, set-up only
-  static constexpr int kAuxBytes = KF::kGroups * 16 * 4 + 64;   // per-group Q sums (read in the loop) + scratch
+  static constexpr int kQBytes = 16 * D * 4;                   // Q as float, set-up only
+  static constexpr int kAuxBytes = KF::kGroups * 16 * 4 + 64;  // per-group Q sums (read in the loop) + scratch
   // Q is staged in the last pipeline buffer: the prologue fills buffers 0..kStages-2 only, and the first
   // copy into the last one is issued after the barrier that ends the Q set-up.
   static constexpr bool kQInPipe = kStageBytes >= kQBytes;
@@ -279,7 +281,8 @@ __device__ __forceinline__ void load_stage_one(const DecodeKernelParams& p, cons
     const int in_tile = tok0 & page_mask;
     const uint8_t* src = tile + (size_t)in_tile * (G::kDataBytes / kBlockTokens) + tid * 16;
 #pragma unroll
-    for (int i = 0; i < kDataChunks / kThreads; ++i) cp_async16(s_data + (tid + i * kThreads) * 16, src + i * kThreads * 16);
+    for (int i = 0; i < kDataChunks / kThreads; ++i)
+      cp_async16(s_data + (tid + i * kThreads) * 16, src + i * kThreads * 16);
     if constexpr (F::kQuant) {
       if (tid < F::kGroups * kGroupChunks) {
         const int g = tid / kGroupChunks, c = tid % kGroupChunks;
@@ -332,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   using S = DecodeSmem<KF, VF, D>;
   using KG = BlockGeom<KF, D>;
   using VG = BlockGeom<VF, D>;
-  constexpr bool kBF16 = KF::kBF16;       // MMA type: bf16 only for a bf16 cache, else fp16
+  constexpr bool kBF16 = KF::kBF16;  // MMA type: bf16 only for a bf16 cache, else fp16
   constexpr bool kQuantK = KF::kQuant;
   constexpr int NF = D / 16;              // fragments per lane: k-steps of K, m-tiles of V
   constexpr int KSPG = NF / KF::kGroups;  // k-steps per K scale group
@@ -353,8 +356,7 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   const int qh0 = kvh * gs;
 
   // Split range: a multiple of the stage size so only the last stage of a split is partial.
-  const int per_split =
-      ((len + p.num_splits - 1) / p.num_splits + kStageTokens - 1) / kStageTokens * kStageTokens;
+  const int per_split = ((len + p.num_splits - 1) / p.num_splits + kStageTokens - 1) / kStageTokens * kStageTokens;
   const int start = split * per_split;
   const int end = min(len, start + per_split);
 
@@ -390,7 +392,8 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   const uint8_t* v_head = p.v_cache + (long long)kvh * p.v_tile_bytes;
 #pragma unroll
   for (int st = 0; st < S::kStages - 1; ++st) {
-    if (st < n_iter) load_stage<KF, VF, D>(p, smem + st * S::kStageBytes, k_head, v_head, row_off, start + st * kStageTokens, end);
+    if (st < n_iter)
+      load_stage<KF, VF, D>(p, smem + st * S::kStageBytes, k_head, v_head, row_off, start + st * kStageTokens, end);
     cp_async_commit();
   }
 
@@ -402,8 +405,10 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       float2 f;
-      if (p.q_is_fp16) f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
-      else f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[k]));
+      if (p.q_is_fp16)
+        f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+      else
+        f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[k]));
       q_s[idx * 8 + 2 * k] = f.x;
       q_s[idx * 8 + 2 * k + 1] = f.y;
     }
@@ -628,7 +633,10 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
           for (int i = 0; i < 4; ++i) a[i] = hsub2_u32(a[i], magic);
         }
         if constexpr (kPartial) {
-          a[0] &= vmask_lo; a[1] &= vmask_lo; a[2] &= vmask_hi; a[3] &= vmask_hi;
+          a[0] &= vmask_lo;
+          a[1] &= vmask_lo;
+          a[2] &= vmask_hi;
+          a[3] &= vmask_hi;
         }
 #pragma unroll
         for (int nh = 0; nh < NH; ++nh) mma16816<kBF16>(o_acc[mt][nh], a, pb[nh][0], pb[nh][1]);
@@ -651,8 +659,10 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     const uint8_t* stage = smem + cur_buf * S::kStageBytes;
     cur_buf = cur_buf == S::kStages - 1 ? 0 : cur_buf + 1;
     const int nvalid = end - (start + it * kStageTokens + warp * kBlockTokens);
-    if (nvalid >= kBlockTokens) process_block(stage, nvalid, std::false_type{});
-    else if (nvalid > 0) process_block(stage, nvalid, std::true_type{});
+    if (nvalid >= kBlockTokens)
+      process_block(stage, nvalid, std::false_type{});
+    else if (nvalid > 0)
+      process_block(stage, nvalid, std::true_type{});
   }
   cp_async_wait<0>();
   // The split-K merge kernel (launched with programmatic dependent launch) may start its launch now; it
@@ -669,8 +679,7 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
       for (int o = 4; o < 32; o <<= 1) {
         l_run[nh][h] += __shfl_xor_sync(0xffffffffu, l_run[nh][h], o);
 #pragma unroll
-        for (int gg = 0; gg < VF::kGroups; ++gg)
-          zsum[gg][nh][h] += __shfl_xor_sync(0xffffffffu, zsum[gg][nh][h], o);
+        for (int gg = 0; gg < VF::kGroups; ++gg) zsum[gg][nh][h] += __shfl_xor_sync(0xffffffffu, zsum[gg][nh][h], o);
       }
   // Exact (powers of two): undo v_norm and the int4 code scale.
   const float o_unnorm = ((VF::kQuant && v_norm != 0.f) ? 1.f / v_norm : 1.f) * VF::kCodeScale;
@@ -726,8 +735,10 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     const float lse2 = lse_s[r];
     const size_t row = (size_t)b * p.num_qo_heads + qh0 + r;
     if (p.num_splits == 1) {
-      if (p.q_is_fp16) reinterpret_cast<__half*>(p.o)[row * D + d] = __float2half_rn(out);
-      else reinterpret_cast<__nv_bfloat16*>(p.o)[row * D + d] = __float2bfloat16_rn(out);
+      if (p.q_is_fp16)
+        reinterpret_cast<__half*>(p.o)[row * D + d] = __float2half_rn(out);
+      else
+        reinterpret_cast<__nv_bfloat16*>(p.o)[row * D + d] = __float2bfloat16_rn(out);
       if (p.lse && d == 0) p.lse[row] = lse2 * 0.69314718055994531f;
     } else {
       p.part_o[(row * p.num_splits + split) * D + d] = out;

@@ -16,15 +16,21 @@
 
 namespace qdec {
 
-const char* dtype_name(DType d) { return d == DType::kBF16 ? "bf16" : "fp16"; }
+const char* dtype_name(DType d) {
+  return d == DType::kBF16 ? "bf16" : "fp16";
+}
 
 namespace {
 
 using attention::DecodeKernelInfo;
 
-Status invalid(std::string msg) { return Status(StatusCode::kInvalidArgument, std::move(msg)); }
+Status invalid(std::string msg) {
+  return Status(StatusCode::kInvalidArgument, std::move(msg));
+}
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
 
 const char* kSupportedPairs =
     "matching pairs of bf16 fp16 fp8e4m3 fp8e5m2 int8 int8-g64 int8-g32 int4 int4-g2 int4-g4 int4-g8 "
@@ -34,8 +40,7 @@ const DecodeKernelInfo* find_kernel(KvKind kk, int kg, KvKind vk, int vg, int he
   for (auto list : {attention::decode_kernels_16bit(), attention::decode_kernels_fp8(),
                     attention::decode_kernels_int8(), attention::decode_kernels_int4()}) {
     for (const auto& e : list) {
-      if (e.k_kind == kk && e.k_groups == kg && e.v_kind == vk && e.v_groups == vg && e.head_dim == head_dim)
-        return &e;
+      if (e.k_kind == kk && e.k_groups == kg && e.v_kind == vk && e.v_groups == vg && e.head_dim == head_dim) return &e;
     }
   }
   return nullptr;
@@ -185,10 +190,10 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan->kernel, plan->func, &occ));
     plan->num_splits = choose_splits(p.batch * p.num_kv_heads, dev.sm_count * occ, max_len);
   }
-  plan->workspace_bytes = plan->num_splits > 1 ? static_cast<size_t>(p.batch) * p.num_qo_heads *
-                                                     plan->num_splits * (p.head_dim + 1) * sizeof(float) +
-                                                     256
-                                               : 0;
+  plan->workspace_bytes =
+      plan->num_splits > 1
+          ? static_cast<size_t>(p.batch) * p.num_qo_heads * plan->num_splits * (p.head_dim + 1) * sizeof(float) + 256
+          : 0;
   return Status::Ok();
 }
 
@@ -215,9 +220,9 @@ Status decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   float* part_lse = nullptr;
   if (plan.num_splits > 1) {
     if (!p.workspace || p.workspace_bytes < plan.workspace_bytes)
-      return Status(StatusCode::kOutOfMemory,
-                    "workspace of " + std::to_string(p.workspace_bytes) + " bytes is too small: " +
-                        std::to_string(plan.num_splits) + " splits need " + std::to_string(plan.workspace_bytes));
+      return Status(StatusCode::kOutOfMemory, "workspace of " + std::to_string(p.workspace_bytes) +
+                                                  " bytes is too small: " + std::to_string(plan.num_splits) +
+                                                  " splits need " + std::to_string(plan.workspace_bytes));
     if (!aligned16(p.workspace)) return invalid("workspace is not 16-byte aligned");
     part_o = static_cast<float*>(p.workspace);
     const size_t o_elems = static_cast<size_t>(p.batch) * p.num_qo_heads * plan.num_splits * p.head_dim;

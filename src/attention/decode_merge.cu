@@ -61,7 +61,10 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
     for (int s = warp; s < num_splits; s += kMergeWarps) {  // weight 0: empty split (its partial is 0)
       const float w = w_s[s];
       const float4 v = src[(size_t)s * vecs];
-      acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+      acc.x += w * v.x;
+      acc.y += w * v.y;
+      acc.z += w * v.z;
+      acc.w += w * v.w;
     }
   }
   acc_s[warp][lane] = acc;
@@ -71,22 +74,27 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
 #pragma unroll
     for (int w = 1; w < kMergeWarps; ++w) {
       const float4 u = acc_s[w][lane];
-      t.x += u.x; t.y += u.y; t.z += u.z; t.w += u.w;
+      t.x += u.x;
+      t.y += u.y;
+      t.z += u.z;
+      t.w += u.w;
     }
     const float inv = 1.f / sum;
     const float out[4] = {t.x * inv, t.y * inv, t.z * inv, t.w * inv};
     const size_t base = row * head_dim + 4 * lane;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      if (q_is_fp16) reinterpret_cast<__half*>(o)[base + k] = __float2half_rn(out[k]);
-      else reinterpret_cast<__nv_bfloat16*>(o)[base + k] = __float2bfloat16_rn(out[k]);
+      if (q_is_fp16)
+        reinterpret_cast<__half*>(o)[base + k] = __float2half_rn(out[k]);
+      else
+        reinterpret_cast<__nv_bfloat16*>(o)[base + k] = __float2bfloat16_rn(out[k]);
     }
   }
   if (lse && tid == 0) lse[row] = (m + log2f(sum)) * 0.69314718055994531f;
 }
 
-Status launch_decode_merge(const float* part_o, const float* part_lse, void* o, float* lse, int rows,
-                           int num_splits, int head_dim, bool q_is_fp16, cudaStream_t stream) {
+Status launch_decode_merge(const float* part_o, const float* part_lse, void* o, float* lse, int rows, int num_splits,
+                           int head_dim, bool q_is_fp16, cudaStream_t stream) {
   // Programmatic dependent launch: the merge grid is launched while the attention grid drains, hiding the
   // launch latency that dominates small (tens of microseconds) decode steps.
   cudaLaunchConfig_t cfg{};

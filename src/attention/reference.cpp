@@ -10,9 +10,9 @@
 
 namespace qdec {
 
-void decode_attention_reference(int batch, int num_qo_heads, int num_kv_heads, int head_dim, int t_max,
-                                double sm_scale, const double* q, const double* k, const double* v,
-                                const int32_t* seq_lens, double* o, double* lse) {
+void decode_attention_reference(int batch, int num_qo_heads, int num_kv_heads, int head_dim, int t_max, double sm_scale,
+                                const double* q, const double* k, const double* v, const int32_t* seq_lens, double* o,
+                                double* lse) {
   const int group_size = num_qo_heads / num_kv_heads;
   std::vector<double> scores;
   for (int b = 0; b < batch; ++b) {

@@ -152,8 +152,8 @@ DataPosition data_position_unchecked(const KvTileLayout& layout, int bits, KvRol
 }
 
 size_t meta_offset_unchecked(const KvTileLayout& layout, int token, int group) {
-  return layout.meta_offset() + (size_t(group) * size_t(layout.page_size) + size_t(token)) *
-                                    size_t(meta_entry_bytes(layout.format.kind));
+  return layout.meta_offset() +
+         (size_t(group) * size_t(layout.page_size) + size_t(token)) * size_t(meta_entry_bytes(layout.format.kind));
 }
 
 std::string join_names() {
@@ -269,13 +269,12 @@ Status validate_kv_format(const KvFormat& f, int head_dim) {
   if (f.kind == KvKind::kINT8) {
     const int g = f.int8_group_size;
     if (g != 0 && g != 32 && g != 64) {
-      return Status(StatusCode::kInvalidArgument, "int8 group size " + std::to_string(g) +
-                                                      " is not supported (supported: 0 = row-wise, 32, 64)");
+      return Status(StatusCode::kInvalidArgument,
+                    "int8 group size " + std::to_string(g) + " is not supported (supported: 0 = row-wise, 32, 64)");
     }
     if (g != 0 && head_dim % g != 0) {
-      return Status(
-          StatusCode::kInvalidArgument,
-          "int8 group size " + std::to_string(g) + " does not divide head_dim " + std::to_string(head_dim));
+      return Status(StatusCode::kInvalidArgument,
+                    "int8 group size " + std::to_string(g) + " does not divide head_dim " + std::to_string(head_dim));
     }
   }
   if (f.kind == KvKind::kINT4) {
@@ -285,9 +284,8 @@ Status validate_kv_format(const KvFormat& f, int head_dim) {
                     "int4 group count " + std::to_string(g) + " is not supported (supported: 1, 2, 4, 8)");
     }
     if (head_dim % g != 0) {
-      return Status(
-          StatusCode::kInvalidArgument,
-          "int4 group count " + std::to_string(g) + " does not divide head_dim " + std::to_string(head_dim));
+      return Status(StatusCode::kInvalidArgument,
+                    "int4 group count " + std::to_string(g) + " does not divide head_dim " + std::to_string(head_dim));
     }
   }
   return Status::Ok();
@@ -391,8 +389,7 @@ float fp8_bits_to_float(uint8_t b, KvKind kind) {
 
 // ---- One row -------------------------------------------------------------------------------------
 
-void quantize_row(const KvFormat& f, int head_dim, const float* x, QuantizedRow* out,
-                  const QuantizeOptions& opts) {
+void quantize_row(const KvFormat& f, int head_dim, const float* x, QuantizedRow* out, const QuantizeOptions& opts) {
   if (out == nullptr) return;
   *out = QuantizedRow{};
   const int groups = row_groups(f, head_dim);
@@ -532,8 +529,8 @@ void dequantize_row_f64(const KvFormat& f, int head_dim, const QuantizedRow& q, 
 
 Status validate_tile_layout(const KvTileLayout& layout) {
   if (!page_size_valid(layout.page_size)) {
-    return Status(StatusCode::kInvalidArgument, "page_size " + std::to_string(layout.page_size) +
-                                                    " is not supported (a power of two, 16..256)");
+    return Status(StatusCode::kInvalidArgument,
+                  "page_size " + std::to_string(layout.page_size) + " is not supported (a power of two, 16..256)");
   }
   return validate_kv_format(layout.format, layout.head_dim);
 }
@@ -552,8 +549,7 @@ size_t tile_meta_offset(const KvTileLayout& layout, int token, int group) {
   return meta_offset_unchecked(layout, token, group);
 }
 
-void tile_write_row(const KvTileLayout& layout, KvRole role, uint8_t* tile, int token,
-                    const QuantizedRow& q) {
+void tile_write_row(const KvTileLayout& layout, KvRole role, uint8_t* tile, int token, const QuantizedRow& q) {
   if (tile == nullptr || !tile_args_valid(layout, role, token)) return;
   const KvKind kind = layout.format.kind;
   const int bits = kv_bits(kind);
@@ -569,8 +565,7 @@ void tile_write_row(const KvTileLayout& layout, KvRole role, uint8_t* tile, int 
       // The other nibble holds the same half of register r ^ 1 (for K another token, t +- 8; for V this
       // token's dim +- 8): keep it.
       const uint8_t nib = c & 0xF;
-      *b =
-          p.nibble ? static_cast<uint8_t>((*b & 0x0F) | (nib << 4)) : static_cast<uint8_t>((*b & 0xF0) | nib);
+      *b = p.nibble ? static_cast<uint8_t>((*b & 0x0F) | (nib << 4)) : static_cast<uint8_t>((*b & 0xF0) | nib);
     }
   }
   if (bits == 16) return;
@@ -630,8 +625,8 @@ bool cache_layout_valid(const ContiguousKvLayout& layout, KvRole role) {
 
 }  // namespace
 
-void quantize_into_cache(const ContiguousKvLayout& layout, KvRole role, const float* x,
-                         const int32_t* seq_lens, uint8_t* cache, const QuantizeOptions& opts) {
+void quantize_into_cache(const ContiguousKvLayout& layout, KvRole role, const float* x, const int32_t* seq_lens,
+                         uint8_t* cache, const QuantizeOptions& opts) {
   if (x == nullptr || seq_lens == nullptr || cache == nullptr || !cache_layout_valid(layout, role)) return;
   const KvTileLayout& tile = layout.tile;
   const size_t d = size_t(tile.head_dim);
@@ -649,8 +644,8 @@ void quantize_into_cache(const ContiguousKvLayout& layout, KvRole role, const fl
   }
 }
 
-void dequantize_cache_f64(const ContiguousKvLayout& layout, KvRole role, const uint8_t* cache,
-                          const int32_t* seq_lens, double* x) {
+void dequantize_cache_f64(const ContiguousKvLayout& layout, KvRole role, const uint8_t* cache, const int32_t* seq_lens,
+                          double* x) {
   if (x == nullptr || !cache_layout_valid(layout, role)) return;
   const KvTileLayout& tile = layout.tile;
   const size_t d = size_t(tile.head_dim);

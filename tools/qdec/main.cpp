@@ -45,8 +45,8 @@ std::string device_line(bool* have) {
 int cmd_info() {
   bool have = false;
   fmt::print("qdec 0.1.0\ndevice: {}\n\n", device_line(&have));
-  fmt::print("{:<10} {:>6} {:>12} {:>12} {:>12} {:>12}\n", "format", "bits", "B/row d64", "B/row d128",
-             "vs bf16 d128", "scales");
+  fmt::print("{:<10} {:>6} {:>12} {:>12} {:>12} {:>12}\n", "format", "bits", "B/row d64", "B/row d128", "vs bf16 d128",
+             "scales");
   for (const KvFormat& f : all_kv_formats()) {
     const char* scales = f.kind == KvKind::kBF16 || f.kind == KvKind::kFP16 ? "-"
                          : f.kind == KvKind::kINT4                          ? "fp16 scale+shift/group"
@@ -65,13 +65,13 @@ struct AttentionOptions {
   unsigned long long seed = 0;
 };
 
-#define CHECK_CUDA(call)                                                                              \
-  do {                                                                                                \
-    cudaError_t e_ = (call);                                                                          \
-    if (e_ != cudaSuccess) {                                                                          \
+#define CHECK_CUDA(call)                                                                                      \
+  do {                                                                                                        \
+    cudaError_t e_ = (call);                                                                                  \
+    if (e_ != cudaSuccess) {                                                                                  \
       fmt::print(stderr, "error: {} failed: {} ({})\n", #call, cudaGetErrorName(e_), cudaGetErrorString(e_)); \
-      return 1;                                                                                       \
-    }                                                                                                 \
+      return 1;                                                                                               \
+    }                                                                                                         \
   } while (0)
 
 int cmd_attention(const AttentionOptions& opt) {
@@ -133,8 +133,8 @@ int cmd_attention(const AttentionOptions& opt) {
   const double sm_scale = 1.0 / std::sqrt(double(D));
   std::vector<double> o_ref(q.size());
   const auto t0 = std::chrono::steady_clock::now();
-  decode_attention_reference(B, HQ, HKV, D, T, sm_scale, q64.data(), k64.data(), v64.data(), lens.data(),
-                             o_ref.data(), nullptr);
+  decode_attention_reference(B, HQ, HKV, D, T, sm_scale, q64.data(), k64.data(), v64.data(), lens.data(), o_ref.data(),
+                             nullptr);
   fmt::print("CPU reference: {:.1f} ms\n",
              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
 
@@ -228,7 +228,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   auto* info = app.add_subcommand("info", "formats, bytes per token, and the CUDA device");
   AttentionOptions aopt;
-  auto* att = app.add_subcommand("attention", "run one decode-attention problem and check it against the CPU reference");
+  auto* att =
+      app.add_subcommand("attention", "run one decode-attention problem and check it against the CPU reference");
   att->add_option("--format", aopt.format, "KV format for K and V")->capture_default_str();
   att->add_option("--k-format", aopt.k_format, "K format (overrides --format)");
   att->add_option("--v-format", aopt.v_format, "V format (overrides --format)");
