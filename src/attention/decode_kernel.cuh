@@ -529,33 +529,34 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     }
 
     // ---- Online softmax over tokens, per head (a head's tokens live in the 8 lanes of one tig).
-    float pr[NH][4];
-    bool rescale = false;
-    float alpha[NH][2];
+    // The running max is only raised when a score exceeds it by more than kMaxSlack (log2 units): most
+    // blocks then skip the cross-lane max, the alpha exponentials and the rescale of O, and P stays
+    // <= 2^kMaxSlack. The result is exact either way (lse = m + log2(l) for whatever m was used).
+    constexpr float kMaxSlack = 4.f;
+    bool raise = false;
 #pragma unroll
-    for (int nh = 0; nh < NH; ++nh) {
+    for (int nh = 0; nh < NH; ++nh)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         st[nh][c] *= score_scale;
         if (kPartial && !tok_ok[c >> 1]) st[nh][c] = -INFINITY;
+        raise |= st[nh][c] > m_run[nh][c & 1] + kMaxSlack;
       }
+    if (__any_sync(0xffffffffu, raise)) {  // warp-uniform
+      float alpha[NH][2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = fmaxf(st[nh][h], st[nh][2 + h]);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        const float m_new = fmaxf(m_run[nh][h], mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        alpha[nh][h] = fast_exp2(m_run[nh][h] - m_use);
-        rescale |= alpha[nh][h] != 1.f;
-        m_run[nh][h] = m_new;
-        pr[nh][h] = fast_exp2(st[nh][h] - m_use);
-        pr[nh][2 + h] = fast_exp2(st[nh][2 + h] - m_use);
-        l_run[nh][h] = l_run[nh][h] * alpha[nh][h] + pr[nh][h] + pr[nh][2 + h];
-      }
-    }
-    if (__any_sync(0xffffffffu, rescale)) {
+      for (int nh = 0; nh < NH; ++nh)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float mx = fmaxf(st[nh][h], st[nh][2 + h]);
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+          const float m_new = fmaxf(m_run[nh][h], mx);
+          alpha[nh][h] = m_new == -INFINITY ? 1.f : fast_exp2(m_run[nh][h] - m_new);  // exp2(-inf) = 0
+          m_run[nh][h] = m_new;
+          l_run[nh][h] *= alpha[nh][h];
+        }
 #pragma unroll
       for (int mt = 0; mt < NF; ++mt)
 #pragma unroll
@@ -567,8 +568,18 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
 #pragma unroll
         for (int nh = 0; nh < NH; ++nh) zsum[gg][nh][0] *= alpha[nh][0], zsum[gg][nh][1] *= alpha[nh][1];
     }
+    float pr[NH][4];
+#pragma unroll
+    for (int nh = 0; nh < NH; ++nh)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m_use = m_run[nh][h] == -INFINITY ? 0.f : m_run[nh][h];
+        pr[nh][h] = fast_exp2(st[nh][h] - m_use);
+        pr[nh][2 + h] = fast_exp2(st[nh][2 + h] - m_use);
+        l_run[nh][h] += pr[nh][h] + pr[nh][2 + h];
+      }
 
-    // ---- O^T += V^T P'^T, one B operand (P' transposed by movmatrix) per V scale group.
+      // ---- O^T += V^T P'^T, one B operand (P' transposed by movmatrix) per V scale group.
 #pragma unroll
     for (int gg = 0; gg < VF::kGroups; ++gg) {
       uint32_t pb[NH][2];
