@@ -786,23 +786,9 @@ TEST(GgufErrors, UnsupportedTypeParsesButDoesNotDequantize) {
 }
 
 // ---- the real model --------------------------------------------------------------------------------------
-std::string find_model() {
-  if (const char* env = std::getenv("QDEC_MODEL"); env != nullptr && *env != '\0') return env;
-  std::vector<std::filesystem::path> dirs = {"models", "../models"};
-#ifdef QDEC_SOURCE_DIR
-  dirs.insert(dirs.begin(), std::filesystem::path(QDEC_SOURCE_DIR) / "models");
-#endif
-  for (const auto& dir : dirs) {
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-      if (entry.path().extension() == ".gguf") return entry.path().string();
-    }
-  }
-  return "";
-}
 
 TEST(GgufModel, SmolLM2) {
-  const std::string path = find_model();
+  const std::string path = qdec_find_model();
   if (path.empty()) GTEST_SKIP() << "no models/*.gguf (run scripts/fetch_model.sh, or set QDEC_MODEL)";
   GgufFile f;
   const Status s = GgufFile::open(path, &f);

@@ -198,25 +198,11 @@ TEST(TokenizerToy, LoadErrors) {
 }
 
 // ---- the real model --------------------------------------------------------------------------------------
-std::string find_model() {
-  if (const char* env = std::getenv("QDEC_MODEL"); env != nullptr && *env != '\0') return env;
-  std::vector<std::filesystem::path> dirs = {"models", "../models"};
-#ifdef QDEC_SOURCE_DIR
-  dirs.insert(dirs.begin(), std::filesystem::path(QDEC_SOURCE_DIR) / "models");
-#endif
-  for (const auto& dir : dirs) {
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-      if (entry.path().extension() == ".gguf") return entry.path().string();
-    }
-  }
-  return "";
-}
 
 class TokenizerModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    path_ = find_model();
+    path_ = qdec_find_model();
     if (path_.empty()) return;
     file_ = std::make_unique<GgufFile>();
     tok_ = std::make_unique<Tokenizer>();

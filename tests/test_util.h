@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <string>
+#include <vector>
 
 // The seed of this process: QDEC_TEST_SEED (decimal or 0x-prefixed hex) when set, otherwise fresh
 // randomness, so every run explores new inputs and a failing run can be replayed exactly.
@@ -66,4 +68,21 @@ inline double rel_l2(const double* a, const double* ref, size_t n) {
   if (den == 0.0) return num == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
   const double r = std::sqrt(num) / std::sqrt(den);
   return std::isnan(r) ? std::numeric_limits<double>::infinity() : r;
+}
+
+// Path of the SmolLM2 GGUF for the model tests (scripts/fetch_model.sh puts it in models/): $QDEC_MODEL, else
+// the first .gguf in <source>/models, ./models or ../models; empty if there is none (the tests then skip).
+inline std::string qdec_find_model() {
+  if (const char* env = std::getenv("QDEC_MODEL"); env != nullptr && *env != '\0') return env;
+  std::vector<std::filesystem::path> dirs = {"models", "../models"};
+#ifdef QDEC_SOURCE_DIR
+  dirs.insert(dirs.begin(), std::filesystem::path(QDEC_SOURCE_DIR) / "models");
+#endif
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      if (entry.path().extension() == ".gguf") return entry.path().string();
+    }
+  }
+  return "";
 }
