@@ -1,0 +1,543 @@
+// Weight-only GEMM benchmark (see gemm_bench.h; columns in docs/gemm.md).
+//
+// How a case is measured:
+//   - Inputs are random, never zeros: a hash-of-index kernel fills X and the BF16 peer's W with values in
+//     [-1, 1), packed codes with random bytes and the meta with small positive scales (and offsets).
+//   - Inputs are rotated: enough independent (W, X, Y) sets that together they exceed 4x L2, so each launch
+//     streams its weights from DRAM, as a decode step does.
+//   - A spin kernel holds the stream while the host enqueues all timed launches, each between its own pair
+//     of CUDA events, so host launch cost never shows as GPU time; the median is reported.
+//   - Bytes: weight codes + meta (or the BF16 weight), X read, Y written. GB/s is 10^9 bytes/s, "% ceil" the
+//     share of a read-only streaming kernel's bandwidth measured at the start of the same run.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#if defined(__NVCC__) && !defined(FMT_USE_CONSTEXPR)
+#define FMT_USE_CONSTEXPR 1
+#endif
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gemm/cublaslt.h"
+#include "gemm_bench.h"
+#include "qdec/formats.h"
+#include "qdec/gemm.h"
+#include "qdec/weight_formats.h"
+
+namespace qdec::bench {
+namespace {
+
+using json = nlohmann::json;
+
+class BenchError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+void check_cuda(cudaError_t e, const char* expr, int line) {
+  if (e != cudaSuccess)
+    throw BenchError(
+        fmt::format("gemm_bench.cu:{}: {} failed: {} ({})", line, expr, cudaGetErrorName(e), cudaGetErrorString(e)));
+}
+#define BENCH_CUDA(expr) check_cuda((expr), #expr, __LINE__)
+
+void check_status(const Status& s, const std::string& what) {
+  if (!s.ok()) throw BenchError(what + ": " + s.to_string());
+}
+
+class Buf {
+ public:
+  Buf() = default;
+  explicit Buf(size_t bytes) : bytes_(bytes) {
+    if (bytes) BENCH_CUDA(cudaMalloc(&p_, bytes));
+  }
+  ~Buf() {
+    if (p_) cudaFree(p_);
+  }
+  Buf(Buf&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(o.bytes_) {}
+  Buf(const Buf&) = delete;
+  void* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+__host__ __device__ inline uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+__device__ inline float unit(uint32_t r) {
+  return float(r >> 8) * (1.0f / 16777216.0f);
+}
+
+// kind 0: bf16 pairs in [-1, 1); 1: fp16 pairs; 2: raw bits; 3: int4 meta (fp16 scale, fp16 offset);
+// 4: int8 meta (two fp16 scales); 5: int4-zp meta (fp16 scale, zero point 0..15).
+__global__ void fill_kernel(uint32_t* buf, uint64_t n_words, int kind, uint64_t seed) {
+  for (uint64_t w = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; w < n_words;
+       w += uint64_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix64(w ^ seed);
+    const uint32_t r0 = uint32_t(h), r1 = uint32_t(h >> 32);
+    uint32_t out = r0;
+    if (kind == 0) {
+      out = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(2.f * unit(r0) - 1.f))) |
+            (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(2.f * unit(r1) - 1.f))) << 16);
+    } else if (kind == 1) {
+      out = uint32_t(__half_as_ushort(__float2half_rn(2.f * unit(r0) - 1.f))) |
+            (uint32_t(__half_as_ushort(__float2half_rn(2.f * unit(r1) - 1.f))) << 16);
+    } else if (kind == 3) {
+      out = uint32_t(__half_as_ushort(__float2half_rn(0.001f + 0.001f * unit(r0)))) |
+            (uint32_t(__half_as_ushort(__float2half_rn(0.02f * unit(r1) - 0.01f))) << 16);
+    } else if (kind == 4) {
+      out = uint32_t(__half_as_ushort(__float2half_rn(0.0001f + 0.0001f * unit(r0)))) |
+            (uint32_t(__half_as_ushort(__float2half_rn(0.0001f + 0.0001f * unit(r1)))) << 16);
+    } else if (kind == 5) {
+      out = uint32_t(__half_as_ushort(__float2half_rn(0.001f + 0.001f * unit(r0)))) |
+            (uint32_t(__half_as_ushort(__float2half_rn(float(r1 % 16)))) << 16);
+    }
+    buf[w] = out;
+  }
+}
+
+void fill(const Buf& b, int kind, uint64_t seed, cudaStream_t s) {
+  const uint64_t words = b.bytes() / 4;
+  if (!words) return;
+  fill_kernel<<<unsigned(std::min<uint64_t>((words + 255) / 256, 4096)), 256, 0, s>>>(static_cast<uint32_t*>(b.get()),
+                                                                                      words, kind, mix64(seed));
+  BENCH_CUDA(cudaGetLastError());
+}
+
+__global__ void __launch_bounds__(512) read_stream_kernel(const uint4* __restrict__ src, uint64_t n, uint32_t* sink) {
+  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+  uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  uint32_t acc = 0;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = __ldg(src + i), b = __ldg(src + i + stride), c = __ldg(src + i + 2 * stride),
+                d = __ldg(src + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 a = __ldg(src + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == 0x9E3779B9u) sink[0] = acc;
+}
+
+__global__ void hold_kernel(volatile int* flag, uint64_t timeout_ns) {
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  while (flag[0] == 0) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > timeout_ns) break;
+    __nanosleep(1000);
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Times `launch(i)` (i = rotation index) iters times behind a host-released hold; returns the median in µs.
+class Timer {
+ public:
+  Timer(cudaStream_t s, int max_iters) : s_(s) {
+    BENCH_CUDA(cudaHostAlloc(&flag_, 2 * sizeof(int), cudaHostAllocMapped));
+    BENCH_CUDA(cudaHostGetDevicePointer(&dflag_, flag_, 0));
+    ev_.resize(2 * size_t(max_iters));
+    for (auto& e : ev_) BENCH_CUDA(cudaEventCreate(&e));
+  }
+  ~Timer() {
+    for (auto& e : ev_) cudaEventDestroy(e);
+    cudaFreeHost(flag_);
+  }
+  template <class F>
+  double time(int warmup, int iters, F&& launch) {
+    for (int i = 0; i < warmup; ++i) launch(i);
+    BENCH_CUDA(cudaStreamSynchronize(s_));
+    flag_[0] = 0;
+    hold_kernel<<<1, 1, 0, s_>>>(dflag_, 2000000000ull);
+    BENCH_CUDA(cudaGetLastError());
+    for (int i = 0; i < iters; ++i) {
+      BENCH_CUDA(cudaEventRecord(ev_[2 * i], s_));
+      launch(warmup + i);
+      BENCH_CUDA(cudaEventRecord(ev_[2 * i + 1], s_));
+    }
+    flag_[0] = 1;
+    BENCH_CUDA(cudaStreamSynchronize(s_));
+    std::vector<double> us(iters);
+    for (int i = 0; i < iters; ++i) {
+      float ms = 0.f;
+      BENCH_CUDA(cudaEventElapsedTime(&ms, ev_[2 * i], ev_[2 * i + 1]));
+      us[i] = 1e3 * ms;
+    }
+    return median(us);
+  }
+
+ private:
+  cudaStream_t s_;
+  int* flag_ = nullptr;
+  int* dflag_ = nullptr;
+  std::vector<cudaEvent_t> ev_;
+};
+
+std::vector<std::string> split_list(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    size_t e = s.find(sep, b);
+    if (e == std::string::npos) e = s.size();
+    std::string item = s.substr(b, e - b);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) out.push_back(item);
+    b = e + 1;
+  }
+  return out;
+}
+
+struct ShapeNK {
+  int n, k;
+};
+
+std::vector<ShapeNK> parse_shapes(const std::string& spec) {
+  const std::vector<ShapeNK> all = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336},
+                                    {8192, 8192}, {1280, 8192}, {8192, 3584}};
+  if (spec == "all") return all;
+  std::vector<ShapeNK> out;
+  for (const std::string& it : split_list(spec, ',')) {
+    const size_t x = it.find('x');
+    if (x == std::string::npos) throw BenchError("--shapes: '" + it + "' is not NxK");
+    out.push_back({std::stoi(it.substr(0, x)), std::stoi(it.substr(x + 1))});
+    if (out.back().n < 1 || out.back().k < 1) throw BenchError("--shapes: '" + it + "' has a dimension < 1");
+  }
+  return out;
+}
+
+int meta_fill_kind(WeightKind k) {
+  return k == WeightKind::kINT8 ? 4 : k == WeightKind::kINT4ZeroPoint ? 5 : 3;
+}
+
+// ---- Correctness check on a small problem (--check) -------------------------------------------------------
+void check_small(const WeightFormat& f, GemmDType dt, int m, GemmPath path, cudaStream_t s) {
+  const int n = 300, k = 1000;
+  std::mt19937_64 rng(1234 + m);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> w(size_t(n) * k);
+  for (auto& v : w) v = 0.02f * nd(rng);
+  PackedWeights pw;
+  check_status(quantize_weights(w.data(), n, k, f, &pw), "quantize");
+  std::vector<double> wd(w.size());
+  dequantize_weights_f64(pw, wd.data());
+  std::vector<uint16_t> xb(size_t(m) * k);
+  std::vector<double> xd(xb.size());
+  for (size_t i = 0; i < xb.size(); ++i) {
+    xb[i] = dt == GemmDType::kBF16 ? float_to_bf16_bits(nd(rng)) : float_to_fp16_bits(nd(rng));
+    xd[i] = dt == GemmDType::kBF16 ? bf16_bits_to_float(xb[i]) : fp16_bits_to_float(xb[i]);
+  }
+  std::vector<double> ref(size_t(m) * n);
+  gemm_reference(m, n, k, xd.data(), wd.data(), nullptr, Activation::kNone, ref.data());
+  Buf codes(pw.codes.size()), meta(pw.meta.size()), x(xb.size() * 2), y(ref.size() * 2);
+  BENCH_CUDA(cudaMemcpy(codes.get(), pw.codes.data(), pw.codes.size(), cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpy(meta.get(), pw.meta.data(), pw.meta.size(), cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpy(x.get(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemset(y.get(), 0xFF, y.bytes()));
+  GemmParams p;
+  p.m = m;
+  p.x_dtype = p.y_dtype = dt;
+  p.x = x.get();
+  p.y = y.get();
+  p.w = WeightView{pw.layout, codes.get(), meta.get()};
+  p.path = path;
+  size_t wsb = 0;
+  check_status(gemm_workspace_bytes(p, &wsb), "check workspace");
+  Buf ws(wsb);
+  if (wsb) BENCH_CUDA(cudaMemset(ws.get(), 0, wsb));
+  p.workspace = ws.get();
+  p.workspace_bytes = wsb;
+  check_status(gemm(p, s), "check gemm");
+  BENCH_CUDA(cudaStreamSynchronize(s));
+  std::vector<uint16_t> yb(ref.size());
+  BENCH_CUDA(cudaMemcpy(yb.data(), y.get(), yb.size() * 2, cudaMemcpyDeviceToHost));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < yb.size(); ++i) {
+    const double v = dt == GemmDType::kBF16 ? bf16_bits_to_float(yb[i]) : fp16_bits_to_float(yb[i]);
+    num += (v - ref[i]) * (v - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  const double err = std::sqrt(num / den);
+  if (!(err <= 5e-3)) throw BenchError(fmt::format("check failed: {} M={} rel L2 {:.3e}", f.name(), m, err));
+}
+
+}  // namespace
+
+int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
+  try {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+      cudaGetLastError();
+      std::cerr << "bench gemm: no CUDA device\n";
+      return 2;
+    }
+    BENCH_CUDA(cudaSetDevice(o.device));
+    cudaDeviceProp prop{};
+    BENCH_CUDA(cudaGetDeviceProperties(&prop, o.device));
+    if (o.iters < 1 || o.iters > 1000) throw BenchError("--iters must be in 1..1000");
+    if (o.dtype != "bf16" && o.dtype != "fp16") throw BenchError("--dtype must be bf16 or fp16");
+    const GemmDType dt = o.dtype == "bf16" ? GemmDType::kBF16 : GemmDType::kFP16;
+    GemmPath path = GemmPath::kAuto;
+    if (o.path == "fused") {
+      path = GemmPath::kFused;
+    } else if (o.path == "dequant") {
+      path = GemmPath::kDequantCublas;
+    } else if (o.path != "auto") {
+      throw BenchError("--path must be auto, fused or dequant");
+    }
+    std::vector<WeightFormat> formats;
+    for (const std::string& n : split_list(o.formats, ',')) {
+      WeightFormat f;
+      check_status(parse_weight_format(n, &f), "--formats");
+      formats.push_back(f);
+    }
+    const std::vector<int> ms = o.m.empty() ? std::vector<int>{1, 4, 16, 64, 256, 1024, 4096} : o.m;
+    for (int m : ms)
+      if (m < 1 || m > 65536) throw BenchError(fmt::format("--m {} is outside 1..65536", m));
+    const std::vector<ShapeNK> shapes = parse_shapes(o.shapes);
+
+    cudaStream_t stream;
+    BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    Timer timer(stream, o.iters);
+    json j;
+    j["device"] = {{"name", prop.name},
+                   {"sm_count", prop.multiProcessorCount},
+                   {"l2_bytes", prop.l2CacheSize},
+                   {"cc", fmt::format("{}.{}", prop.major, prop.minor)}};
+    out << fmt::format("qdec bench gemm on {} ({} SMs, {:.0f} MB L2), X/Y {}, {} iterations (median)\n", prop.name,
+                       prop.multiProcessorCount, prop.l2CacheSize / 1e6, o.dtype, o.iters);
+
+    if (o.check) {
+      for (const WeightFormat& f : formats)
+        for (int m : {1, 5, 16, 33, 64, 100})
+          check_small(f, dt, m, m > kFusedMaxM && path == GemmPath::kFused ? GemmPath::kAuto : path, stream);
+      out << "check: every format at M in {1, 5, 16, 33, 64, 100} within 5e-3 of the float64 reference\n";
+    }
+
+    // Read ceiling: a streaming read of 2 GiB.
+    double ceiling_gbps = 0;
+    {
+      const size_t bytes = size_t(2) << 30;
+      Buf buf(bytes), sink(16);
+      fill(buf, 2, 1, stream);
+      int bps = 0;
+      BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, read_stream_kernel, 512, 0));
+      const int blocks = std::max(1, bps) * prop.multiProcessorCount;
+      const double us = timer.time(3, std::min(o.iters, 20), [&](int) {
+        read_stream_kernel<<<blocks, 512, 0, stream>>>(static_cast<const uint4*>(buf.get()), bytes / 16,
+                                                       static_cast<uint32_t*>(sink.get()));
+      });
+      BENCH_CUDA(cudaGetLastError());
+      ceiling_gbps = bytes / (us * 1e-6) / 1e9;
+      j["read_ceiling_gbps"] = ceiling_gbps;
+      out << fmt::format("read ceiling: {:.0f} GB/s (streaming read of 2 GiB)\n", ceiling_gbps);
+    }
+
+    json cases = json::array();
+    if (!o.conv_only) {
+      out << fmt::format("\n{:>12} {:>5} {:>13} {:>9} {:>8} {:>9} {:>7} {:>8} {:>17}\n", "NxK", "M", "format", "us",
+                         "TFLOP/s", "W GB/s", "% ceil", "x cuBLAS", "path");
+      for (const ShapeNK& sh : shapes) {
+        const size_t free_guess = size_t(prop.totalGlobalMem);
+        const size_t bf16_w = size_t(sh.n) * sh.k * 2;
+        const int max_m = *std::max_element(ms.begin(), ms.end());
+        const size_t xy_bytes = (size_t(max_m) * sh.k + size_t(max_m) * sh.n) * 2;
+        // Sets: together > 4x L2 for the BF16 weights, within ~35% of device memory.
+        int sets = int(std::min<size_t>(8, std::max<size_t>(2, 4 * size_t(prop.l2CacheSize) / bf16_w + 1)));
+        while (sets > 2 && sets * (bf16_w + xy_bytes) > free_guess * 35 / 100) --sets;
+        std::vector<Buf> wb, xs, ys;
+        for (int i = 0; i < sets; ++i) {
+          wb.emplace_back(bf16_w);
+          xs.emplace_back(size_t(max_m) * sh.k * 2);
+          ys.emplace_back(size_t(max_m) * sh.n * 2);
+          fill(wb.back(), dt == GemmDType::kBF16 ? 0 : 1, 100 + i, stream);
+          fill(xs.back(), dt == GemmDType::kBF16 ? 0 : 1, 200 + i, stream);
+        }
+        Buf lt_ws(wq::kCublasWorkspaceBytes);
+        // Packed weights per format, rotated the same way (at least as many sets as the BF16 peer).
+        struct Packed {
+          WeightFormat f;
+          WeightLayout L;
+          std::vector<Buf> codes, meta;
+        };
+        std::vector<Packed> packed;
+        for (const WeightFormat& f : formats) {
+          Packed p{f, WeightLayout{f, sh.n, sh.k}, {}, {}};
+          const size_t wbytes = p.L.code_bytes() + p.L.meta_bytes();
+          const int psets =
+              int(std::min<size_t>(16, std::max<size_t>(sets, 4 * size_t(prop.l2CacheSize) / wbytes + 1)));
+          for (int i = 0; i < psets; ++i) {
+            p.codes.emplace_back(p.L.code_bytes());
+            p.meta.emplace_back(p.L.meta_bytes());
+            fill(p.codes.back(), 2, 300 + i, stream);
+            fill(p.meta.back(), meta_fill_kind(f.kind), 400 + i, stream);
+          }
+          packed.push_back(std::move(p));
+        }
+        BENCH_CUDA(cudaStreamSynchronize(stream));
+        for (int m : ms) {
+          const double flops = 2.0 * m * double(sh.n) * sh.k;
+          const double xy = (double(m) * sh.k + double(m) * sh.n) * 2;
+          const double lt_us = timer.time(o.warmup, o.iters, [&](int i) {
+            const int s = i % sets;
+            check_status(wq::cublaslt_gemm(dt == GemmDType::kBF16, int(dt), m, sh.n, sh.k, xs[s].get(), sh.k,
+                                           wb[s].get(), ys[s].get(), sh.n, lt_ws.get(), lt_ws.bytes(), stream),
+                         "cuBLASLt");
+          });
+          BENCH_CUDA(cudaGetLastError());
+          const std::string nk = fmt::format("{}x{}", sh.n, sh.k);
+          auto row = [&](const std::string& name, double us, double wbytes, double speedup, const std::string& pth) {
+            const double pct = 100.0 * (wbytes + xy) / (us * 1e-6) / 1e9 / ceiling_gbps;
+            out << fmt::format("{:>12} {:>5} {:>13} {:>9.2f} {:>8.1f} {:>9.0f} {:>6.1f}% {:>7.2f}x {:>17}\n", nk, m,
+                               name, us, flops / (us * 1e-6) / 1e12, wbytes / (us * 1e-6) / 1e9, pct, speedup, pth);
+            cases.push_back({{"n", sh.n},
+                             {"k", sh.k},
+                             {"m", m},
+                             {"format", name},
+                             {"us", us},
+                             {"tflops", flops / (us * 1e-6) / 1e12},
+                             {"weight_bytes", wbytes},
+                             {"bytes", wbytes + xy},
+                             {"weight_gbps", wbytes / (us * 1e-6) / 1e9},
+                             {"pct_ceiling", pct},
+                             {"x_cublas", speedup},
+                             {"path", pth}});
+          };
+          row("cublas-bf16", lt_us, double(bf16_w), 1.0, "cublaslt");
+          for (Packed& pk : packed) {
+            GemmParams p;
+            p.m = m;
+            p.x_dtype = p.y_dtype = dt;
+            p.w = WeightView{pk.L, pk.codes[0].get(), pk.meta[0].get()};
+            p.x = xs[0].get();
+            p.y = ys[0].get();
+            p.path = (path == GemmPath::kFused && m > kFusedMaxM) ? GemmPath::kAuto : path;
+            size_t wsb = 0;
+            check_status(gemm_workspace_bytes(p, &wsb), "workspace");
+            GemmPath used;
+            int splits = 0;
+            check_status(gemm_plan(p, &used, &splits), "plan");
+            Buf ws(wsb);
+            if (wsb) BENCH_CUDA(cudaMemset(ws.get(), 0, wsb));
+            p.workspace = ws.get();
+            p.workspace_bytes = wsb;
+            const int psets = int(pk.codes.size());
+            const double us = timer.time(o.warmup, o.iters, [&](int i) {
+              p.w.codes = pk.codes[i % psets].get();
+              p.w.meta = pk.meta[i % psets].get();
+              p.x = xs[i % sets].get();
+              p.y = ys[i % sets].get();
+              check_status(gemm(p, stream), "gemm");
+            });
+            BENCH_CUDA(cudaGetLastError());
+            const std::string pth =
+                used == GemmPath::kFused ? fmt::format("fused s{}", splits) : std::string("dequant+cublaslt");
+            row(pk.f.name(), us, double(pk.L.code_bytes() + pk.L.meta_bytes()), lt_us / us, pth);
+          }
+        }
+      }
+    }
+    j["gemm"] = cases;
+
+    if (o.conv || o.conv_only) {
+      struct Layer {
+        const char* name;
+        int ci, h, co, k, s, p;
+      };
+      const Layer layers[] = {{"conv2_3x3", 64, 56, 64, 3, 1, 1},
+                              {"conv2_1x1", 64, 56, 256, 1, 1, 0},
+                              {"conv3_3x3s2", 128, 56, 128, 3, 2, 1},
+                              {"conv4_3x3", 256, 14, 256, 3, 1, 1},
+                              {"conv5_1x1", 2048, 7, 512, 1, 1, 0}};
+      json conv = json::array();
+      out << fmt::format("\nResNet-50 conv layers, batch {}, fp16 NCHW in/out (cuDNN peer: bench/torch_conv.py)\n",
+                         o.conv_batch);
+      out << fmt::format("{:>12} {:>10} {:>9} {:>8} {:>17}\n", "layer", "format", "us", "TFLOP/s", "path");
+      for (const Layer& l : layers) {
+        for (const char* fname : {"int4-g32", "int8"}) {
+          WeightFormat f;
+          check_status(parse_weight_format(fname, &f), "conv format");
+          Conv2dParams p;
+          p.batch = o.conv_batch;
+          p.in_channels = l.ci;
+          p.in_h = p.in_w = l.h;
+          p.out_channels = l.co;
+          p.kernel_h = p.kernel_w = l.k;
+          p.stride_h = p.stride_w = l.s;
+          p.pad_h = p.pad_w = l.p;
+          p.dtype = GemmDType::kFP16;
+          const WeightLayout L{f, l.co, l.k * l.k * l.ci};
+          Buf codes(L.code_bytes()), meta(L.meta_bytes());
+          fill(codes, 2, 500, stream);
+          fill(meta, meta_fill_kind(f.kind), 501, stream);
+          Buf in(size_t(p.batch) * l.ci * l.h * l.h * 2), outb(size_t(p.batch) * l.co * p.out_h() * p.out_w() * 2);
+          fill(in, 1, 502, stream);
+          p.w = WeightView{L, codes.get(), meta.get()};
+          p.input = in.get();
+          p.output = outb.get();
+          size_t wsb = 0;
+          check_status(conv2d_workspace_bytes(p, &wsb), "conv workspace");
+          Buf ws(wsb);
+          BENCH_CUDA(cudaMemset(ws.get(), 0, wsb));
+          p.workspace = ws.get();
+          p.workspace_bytes = wsb;
+          const double us = timer.time(o.warmup, o.iters, [&](int) { check_status(conv2d(p, stream), "conv2d"); });
+          BENCH_CUDA(cudaGetLastError());
+          const double flops = 2.0 * p.batch * l.co * p.out_h() * p.out_w() * double(l.ci) * l.k * l.k;
+          const int gm = p.batch * p.out_h() * p.out_w();
+          const char* pth = gm <= kFusedMaxM ? "im2col+fused" : "im2col+dequant+lt";
+          out << fmt::format("{:>12} {:>10} {:>9.2f} {:>8.2f} {:>17}\n", l.name, fname, us, flops / (us * 1e-6) / 1e12,
+                             pth);
+          conv.push_back({{"layer", l.name},
+                          {"batch", p.batch},
+                          {"ci", l.ci},
+                          {"h", l.h},
+                          {"co", l.co},
+                          {"k", l.k},
+                          {"stride", l.s},
+                          {"pad", l.p},
+                          {"format", fname},
+                          {"us", us},
+                          {"tflops", flops / (us * 1e-6) / 1e12},
+                          {"path", pth}});
+        }
+      }
+      j["conv"] = conv;
+    }
+    BENCH_CUDA(cudaStreamDestroy(stream));
+    if (!o.json_path.empty()) {
+      std::ofstream f(o.json_path);
+      f << j.dump(1) << "\n";
+      if (!f) throw BenchError("cannot write " + o.json_path);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "bench gemm: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace qdec::bench

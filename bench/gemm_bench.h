@@ -1,0 +1,54 @@
+// qdec weight-only GEMM benchmark: N x K in {4096x4096, 6144x4096, 28672x4096, 4096x14336, 8192x8192,
+// 1280x8192, 8192x3584} x M in {1, 4, 16, 64, 256, 1024, 4096}, for each weight format against cuBLASLt BF16 in
+// the same binary and run, and a read-bandwidth ceiling measured in the same run; optionally ResNet-50 conv
+// layers (their cuDNN peer is bench/torch_conv.py). Shared by the `bench_gemm` binary and `qdec bench gemm`.
+// Columns and JSON: docs/gemm.md.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace qdec::bench {
+
+struct GemmBenchOptions {
+  std::string formats = "int4-g128,int8";  // comma list of weight formats (qdec/weight_formats.h names)
+  std::string shapes = "all";              // comma list of NxK, or "all"
+  std::vector<int> m;                      // empty = 1,4,16,64,256,1024,4096
+  std::string dtype = "bf16";              // X / Y dtype: bf16 or fp16 (cuBLAS peer in the same dtype)
+  std::string path = "auto";               // auto, fused, dequant (forced for every M it supports)
+  int iters = 30;
+  int warmup = 5;
+  bool conv = false;       // also time the ResNet-50 conv layers (qdec conv2d, fp16 input)
+  bool conv_only = false;  // only the conv layers
+  int conv_batch = 8;
+  bool check = false;  // before timing, check each format/M against the CPU reference on a small problem
+  uint64_t seed = 0x5eed004;
+  int device = 0;
+  std::string json_path;
+};
+
+// Exit code: 0 success, 1 failure (CUDA / qdec error, failed check, bad options), 2 no CUDA device.
+int run_gemm_bench(const GemmBenchOptions& opts, std::ostream& table_out);
+
+template <class App>
+void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
+  app->add_option("--formats", o->formats, "Comma list of weight formats (int4-g128, int8, int4zp-g32, ...)")
+      ->capture_default_str();
+  app->add_option("--shapes", o->shapes, "Comma list of NxK (e.g. 4096x4096) or 'all'")->capture_default_str();
+  app->add_option("--m", o->m, "Comma list of M (default 1,4,16,64,256,1024,4096)")->delimiter(',');
+  app->add_option("--dtype", o->dtype, "Activation dtype: bf16 or fp16")->capture_default_str();
+  app->add_option("--path", o->path, "auto, fused or dequant (dequant = dequantize + cuBLASLt)")->capture_default_str();
+  app->add_option("--iters", o->iters, "Timed launches per case (median reported)")->capture_default_str();
+  app->add_option("--warmup", o->warmup, "Untimed launches per case")->capture_default_str();
+  app->add_flag("--conv", o->conv, "Also time ResNet-50 conv layers (int4/int8 weights, fp16 input)");
+  app->add_flag("--conv-only", o->conv_only, "Only the conv layers");
+  app->add_option("--conv-batch", o->conv_batch, "Batch of the conv layers")->capture_default_str();
+  app->add_flag("--check", o->check, "Check every format and M against the CPU reference on a small problem first");
+  app->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();
+  app->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
+  app->add_option("--json", o->json_path, "Write every case, the device and the ceiling to this JSON file");
+}
+
+}  // namespace qdec::bench

@@ -1,0 +1,106 @@
+// Weight-only quantized GEMM/GEMV and convolution.
+//
+//   Y[M, N] = clamp(X[M, K] . dequant(W)[N, K]^T + bias[N])
+//     X     bf16 or fp16, row-major with leading dimension ldx (elements)
+//     W     a packed weight on the device (qdec/weight_formats.h, docs/formats.md)
+//     bias  optional fp32 [N]
+//     Y     bf16, fp16 or fp32, row-major with leading dimension ldy
+//   fp32 accumulation. Paths (docs/gemm.md):
+//     kFused          tensor-core kernel with in-register dequantization, M <= 64 (split-K over the SMs)
+//     kDequantCublas  dequantize W to a bf16/fp16 scratch in the workspace, then cuBLASLt (large M)
+//     kAuto           kFused for M <= kFusedMaxM, kDequantCublas above
+//
+// Conv2d: input NCHW fp32/fp16, weights [Co, Kh, Kw, Ci] packed with groups along Ci (quantize_conv_weights),
+// output NCHW in the input's dtype; im2col into the workspace, then the GEMM above (docs/gemm.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "qdec/status.h"
+#include "qdec/weight_formats.h"
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace qdec {
+
+enum class GemmDType : uint8_t { kBF16 = 0, kFP16, kFP32 };
+const char* gemm_dtype_name(GemmDType d);
+
+enum class Activation : uint8_t { kNone = 0, kReLU, kReLU6 };
+const char* activation_name(Activation a);
+
+enum class GemmPath : uint8_t { kAuto = 0, kFused, kDequantCublas };
+const char* gemm_path_name(GemmPath p);
+
+// Largest M the fused kernel takes (and the kAuto switch point).
+constexpr int kFusedMaxM = 64;
+
+// A packed weight on the device.
+struct WeightView {
+  WeightLayout layout;
+  const void* codes = nullptr;  // layout.code_bytes(), 16-byte aligned
+  const void* meta = nullptr;   // layout.meta_bytes(), 4-byte aligned
+};
+
+struct GemmParams {
+  int m = 0;
+  GemmDType x_dtype = GemmDType::kBF16;  // bf16 or fp16
+  GemmDType y_dtype = GemmDType::kBF16;  // bf16, fp16 or fp32
+  const void* x = nullptr;               // [m, ldx]
+  long long ldx = 0;                     // >= K; 0 means K
+  WeightView w;                          // N = w.layout.n, K = w.layout.k
+  const float* bias = nullptr;           // optional [N]
+  Activation act = Activation::kNone;
+  void* y = nullptr;  // [m, ldy]
+  long long ldy = 0;  // >= N; 0 means N
+  GemmPath path = GemmPath::kAuto;
+  int num_splits = 0;  // fused path: 0 = automatic, >= 1 forces the split-K count
+  // Device workspace, gemm_workspace_bytes() of it. Zero-fill it once after allocating it (cudaMemset): the
+  // split-K semaphores must start at zero; every call leaves them zero again.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// Bytes of workspace the call needs (depends on the path that M selects, the split count, and the shapes).
+Status gemm_workspace_bytes(const GemmParams& p, size_t* bytes);
+// The path kAuto resolves to, and the fused split count (1 for the cuBLASLt path), after validation.
+Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits);
+// Validate, then launch on `stream`. On error nothing is launched.
+Status gemm(const GemmParams& p, cudaStream_t stream);
+
+// ---- Convolution ------------------------------------------------------------------------------------------
+struct Conv2dParams {
+  int batch = 0, in_channels = 0, in_h = 0, in_w = 0;
+  int out_channels = 0, kernel_h = 0, kernel_w = 0;
+  int stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1, dilation_w = 1;
+  GemmDType dtype = GemmDType::kFP32;  // input and output: fp32 or fp16
+  const void* input = nullptr;         // [batch, in_channels, in_h, in_w]
+  WeightView w;                        // from quantize_conv_weights: N = out_channels, K = kh * kw * in_channels
+  const float* bias = nullptr;         // optional [out_channels]
+  Activation act = Activation::kNone;
+  void* output = nullptr;  // [batch, out_channels, out_h, out_w]
+  GemmPath path = GemmPath::kAuto;
+  void* workspace = nullptr;  // conv2d_workspace_bytes(); zero-filled once after allocation (as for gemm)
+  size_t workspace_bytes = 0;
+
+  int out_h() const { return (in_h + 2 * pad_h - dilation_h * (kernel_h - 1) - 1) / stride_h + 1; }
+  int out_w() const { return (in_w + 2 * pad_w - dilation_w * (kernel_w - 1) - 1) / stride_w + 1; }
+};
+
+Status conv2d_workspace_bytes(const Conv2dParams& p, size_t* bytes);
+Status conv2d(const Conv2dParams& p, cudaStream_t stream);
+
+// Quantize conv weights [Co, Ci, Kh, Kw] (fp32, PyTorch order): reordered to [Co, Kh, Kw, Ci] so that groups
+// run along Ci, then quantize_weights with N = Co, K = Kh * Kw * Ci. Groups must divide Ci (per channel: any).
+Status quantize_conv_weights(const float* w, int co, int ci, int kh, int kw, const WeightFormat& format,
+                             PackedWeights* out);
+
+// ---- CPU references ---------------------------------------------------------------------------------------
+// float64: y[m, n] = act(sum_k x[m, k] * w[n, k] + bias[n]); x [m, k], w [n, k] (dequantized), bias optional.
+void gemm_reference(int m, int n, int k, const double* x, const double* w, const double* bias, Activation act,
+                    double* y);
+// Direct float64 convolution: x NCHW, w [Co, Ci, Kh, Kw] (dequantized, PyTorch order), y NCHW.
+void conv2d_reference(const Conv2dParams& shape, const double* x, const double* w, const double* bias, double* y);
+
+}  // namespace qdec

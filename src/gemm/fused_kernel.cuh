@@ -1,0 +1,412 @@
+// Fused weight-only GEMM for small M (M <= 64): Y[M, N] = act(X[M, K] . dequant(W)[N, K]^T + bias).
+//
+//   W codes  tiles of 16 rows x 64 (int4) / 32 (int8) K values, 512 bytes each, in A-fragment order
+//            (docs/formats.md, "Weight formats"): tile (nt, c) at ((nt * k_pad / chunk) + c) * 512
+//   W meta   [num_groups][n_pad] entries: int4 fp16 (scale, offset | zero point), int8 fp16 scale
+//   X        [M, ldx] bf16 / fp16;   Y  [M, ldy] bf16 / fp16 / fp32
+//
+// Design
+// - Transposed product Y^T = W X^T, so the weight is the A operand of mma.m16n8k16 (m = 16 output channels) and
+//   the tokens are the n = 8 side: M <= 8 wastes nothing, M <= 64 takes MT = 1, 2, 4, 8 token tiles.
+// - One CTA = 8 warps = 128 output channels x one K slice (split-K, sized so that every SM is busy). Each warp
+//   streams its own 16 channels: one 16-byte load per lane per 512-byte tile, ld.global.nc with L1::no_allocate
+//   and an L2 evict-first policy (every weight byte is read once, so it should not displace X or the split-K
+//   partials in L2), register double-buffered kUnroll tiles deep so that enough bytes are in flight per SM.
+// - The CTA's X slice is staged once in shared memory (rows padded by 16 bytes: conflict-free B fragments),
+//   with the per-(token, group) sums of X and the slice's scales.
+// - Dequantization in registers computes on exact codes, never on scaled values: int4 by one AND+OR into the
+//   mantissa of a magic number (fp16 1024 + q, or 1024 + 16q for the rows g+8 so that one shift serves
+//   two registers; bf16 128 + q), int8 by a byte permute into fp16 1024 + (q + 128) or an exact bf16 q.
+//   Each scale group accumulates in its own registers; at the end of a group the fp32 accumulators take
+//   s * acc_group + (o - magic * s) * sum_group(X): the scale, the offset and the magic number cost one FMA
+//   pair per group, not per weight.
+// - Split-K: each CTA writes fp32 partials, and the last CTA of a column block (an atomic ticket) sums them
+//   in split order (deterministic), applies bias and clamp and writes Y, then resets its ticket to zero.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace qdec::wq {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBlockN = kWarps * 16;  // output channels per CTA
+constexpr int kXPadHalves = 8;        // 16 bytes of padding per staged X row
+
+struct FusedParams {
+  const uint8_t* codes;
+  const uint8_t* meta;
+  const void* x;
+  void* y;
+  const float* bias;  // nullable
+  float* partial;     // [num_splits][m][n_pad] (num_splits > 1)
+  unsigned* tickets;  // [n_blocks], zero between calls (num_splits > 1)
+  long long ldx;
+  long long ldy;
+  int m, n, k, n_pad, k_pad;
+  int group_k;     // K values per scale group; per channel: a value > k_pad (one segment per slice)
+  int num_groups;  // meta groups per row
+  int kc;          // K values per split (a multiple of the chunk and of group_k when group_k <= 128)
+  int num_splits;
+  int act;         // Activation
+  int y_dtype;     // GemmDType
+  int zero_point;  // int4: second meta half is a zero point (w = (q - z) s) instead of an offset
+  int x_vec;       // X rows can be read with 16-byte loads (K % 8 == 0, ldx % 8 == 0, X 16-byte aligned)
+};
+
+// Dynamic shared memory of a launch: X slice, scale slice, group sums.
+__host__ __device__ constexpr int fused_smem_bytes(int mt, int kc, int n_seg, int meta_entry) {
+  return mt * 8 * (kc + kXPadHalves) * 2 + n_seg * kBlockN * meta_entry + mt * 8 * n_seg * 4 + 16;
+}
+
+// ---- Register helpers -------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// An L2 policy that marks lines evict-first (the weights are read once).
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t p;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
+// 16-byte streaming load: read-only path, no L1 allocation, L2 evict-first.
+__device__ __forceinline__ uint4 ld_stream(const void* ptr, uint64_t policy) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(ptr), "l"(policy));
+  return r;
+}
+
+// Format constants. v is the value the MMA sees; w = s_row * v + (o - kMagic * s_row) with s_row = s for rows
+// g and s * kHiRowScale for rows g + 8.
+template <int BITS, bool BF16>
+struct Dequant {
+  static constexpr int kChunkK = BITS == 4 ? 64 : 32;  // K values per 512-byte tile
+  static constexpr int kKSteps = kChunkK / 16;         // mma k-steps per tile
+  static constexpr float kMagic = BITS == 4 ? (BF16 ? 128.f : 1024.f) : (BF16 ? 0.f : 1152.f);
+  static constexpr float kHiRowScale = (BITS == 4 && !BF16) ? 1.f / 16.f : 1.f;
+  static constexpr int kMetaEntry = BITS == 4 ? 4 : 2;
+
+  // The A registers of k-step `s` of a tile whose lane data is `v`.
+  static __device__ __forceinline__ void frag(const uint4& v, int s, uint32_t (&a)[4]) {
+    if constexpr (BITS == 4) {
+      const uint32_t w = s == 0 ? v.x : s == 1 ? v.y : s == 2 ? v.z : v.w;
+      if constexpr (!BF16) {
+        // fp16 1024 + q: the nibble in the low mantissa bits; rows g+8 keep theirs at bits 4..7 (1024 + 16q).
+        const uint32_t w8 = w >> 8;
+        a[0] = (w & 0x000F000Fu) | 0x64006400u;
+        a[1] = (w & 0x00F000F0u) | 0x64006400u;
+        a[2] = (w8 & 0x000F000Fu) | 0x64006400u;
+        a[3] = (w8 & 0x00F000F0u) | 0x64006400u;
+      } else {
+        // bf16 has 7 mantissa bits: 128 + q, one shift per register.
+        a[0] = (w & 0x000F000Fu) | 0x43004300u;
+        a[1] = ((w >> 4) & 0x000F000Fu) | 0x43004300u;
+        a[2] = ((w >> 8) & 0x000F000Fu) | 0x43004300u;
+        a[3] = ((w >> 12) & 0x000F000Fu) | 0x43004300u;
+      }
+    } else {
+      const uint32_t w0 = s == 0 ? v.x : v.z, w1 = s == 0 ? v.y : v.w;
+      if constexpr (!BF16) {
+        // Codes are stored as u = q + 128: fp16 1024 + u = 1152 + q, one permute per register.
+        a[0] = prmt(w0, 0x64646464u, 0x4140);
+        a[1] = prmt(w0, 0x64646464u, 0x4342);
+        a[2] = prmt(w1, 0x64646464u, 0x4140);
+        a[3] = prmt(w1, 0x64646464u, 0x4342);
+      } else {
+        // bf16 cannot hold 128 + u exactly for u >= 128: build 128 + (u & 127) and subtract 256 - 128 * bit7(u)
+        // (256 when q < 0, 128 when q >= 0): exact q.
+        const uint32_t t[4] = {prmt(w0, 0u, 0x4140), prmt(w0, 0u, 0x4342), prmt(w1, 0u, 0x4140), prmt(w1, 0u, 0x4342)};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t hv = (t[i] & 0x007F007Fu) | 0x43004300u;
+          const uint32_t hc = (t[i] & 0x00800080u) ^ 0x43804380u;
+          __nv_bfloat162 r =
+              __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&hv), *reinterpret_cast<const __nv_bfloat162*>(&hc));
+          a[i] = *reinterpret_cast<uint32_t*>(&r);
+        }
+      }
+    }
+  }
+};
+
+__device__ __forceinline__ float apply_act(float v, int act) {
+  if (act == 1) return v < 0.f ? 0.f : v;
+  if (act == 2) return v < 0.f ? 0.f : (v > 6.f ? 6.f : v);
+  return v;
+}
+
+__device__ __forceinline__ void store_y(void* y, long long idx, float v, int y_dtype) {
+  if (y_dtype == 0) {
+    static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
+  } else if (y_dtype == 1) {
+    static_cast<__half*>(y)[idx] = __float2half_rn(v);
+  } else {
+    static_cast<float*>(y)[idx] = v;
+  }
+}
+
+// BITS: 4 (int4 and int4-zp) or 8 (int8). BF16: X (and the MMA) in bf16, else fp16. MT: token tiles of 8.
+// kUnroll: tiles per pipeline stage per warp (registers: 2 * kUnroll * 4).
+template <int BITS, bool BF16, int MT>
+__global__ void __launch_bounds__(kThreads, 2) fused_gemm_kernel(const __grid_constant__ FusedParams p) {
+  using D = Dequant<BITS, BF16>;
+  constexpr int kUnroll = MT <= 2 ? 4 : 2;
+  constexpr int kRows = MT * 8;
+  extern __shared__ __align__(16) uint8_t smem[];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int nb = blockIdx.x, split = blockIdx.y;
+  const int k0 = split * p.kc;
+  const int k1 = min(k0 + p.kc, p.k_pad);
+  const int slice = k1 - k0;
+  const int n_seg = p.group_k >= p.k_pad ? 1 : (slice + p.group_k - 1) / p.group_k;
+  const int xs_stride = p.kc + kXPadHalves;
+
+  uint16_t* x_sh = reinterpret_cast<uint16_t*>(smem);
+  uint8_t* meta_sh = smem + kRows * xs_stride * 2;
+  float* xsum_sh = reinterpret_cast<float*>(meta_sh + n_seg * kBlockN * D::kMetaEntry);
+  __shared__ int is_last_sh;
+
+  const int nt = nb * kWarps + warp;  // this warp's 16-row tile
+  const bool active = nt * 16 < p.n_pad;
+  const int chunks_per_row = p.k_pad / D::kChunkK;
+  const int c_begin = k0 / D::kChunkK;
+  const int nch = slice / D::kChunkK;
+  const uint8_t* w_gl = p.codes + (static_cast<size_t>(nt) * chunks_per_row + c_begin) * 512 + lane * 16;
+  const uint64_t policy = evict_first_policy();
+
+  uint4 buf_a[kUnroll], buf_b[kUnroll];
+  auto load_stage = [&](uint4(&buf)[kUnroll], int c) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (active && c + u < nch) buf[u] = ld_stream(w_gl + static_cast<size_t>(c + u) * 512, policy);
+    }
+  };
+  // Issue the first stage before staging X, so that its latency overlaps the staging.
+  load_stage(buf_a, 0);
+
+  // ---- Stage X[0 .. kRows) x [k0, k1) (zeros outside M and K), the slice's meta, then the group sums.
+  {
+    const uint16_t* x_gl = static_cast<const uint16_t*>(p.x);
+    if (p.x_vec) {
+      const int vecs = slice / 8;
+      for (int i = threadIdx.x; i < kRows * vecs; i += kThreads) {
+        const int r = i / vecs, c = (i % vecs) * 8, kk = k0 + c;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r < p.m && kk < p.k) v = *reinterpret_cast<const uint4*>(x_gl + r * p.ldx + kk);
+        *reinterpret_cast<uint4*>(x_sh + r * xs_stride + c) = v;
+      }
+    } else {
+      for (int i = threadIdx.x; i < kRows * slice; i += kThreads) {
+        const int r = i / slice, c = i % slice, kk = k0 + c;
+        x_sh[r * xs_stride + c] = (r < p.m && kk < p.k) ? x_gl[r * p.ldx + kk] : uint16_t{0};
+      }
+    }
+    const int g_first = p.group_k >= p.k_pad ? 0 : k0 / p.group_k;
+    for (int i = threadIdx.x; i < n_seg * kBlockN; i += kThreads) {
+      const int seg = i / kBlockN, row = nb * kBlockN + i % kBlockN, grp = g_first + seg;
+      const bool ok = row < p.n_pad && grp < p.num_groups;
+      if constexpr (D::kMetaEntry == 4) {
+        reinterpret_cast<uint32_t*>(meta_sh)[i] =
+            ok ? *reinterpret_cast<const uint32_t*>(p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * 4) : 0u;
+      } else {
+        reinterpret_cast<uint16_t*>(meta_sh)[i] =
+            ok ? *reinterpret_cast<const uint16_t*>(p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * 2)
+               : uint16_t{0};
+      }
+    }
+    __syncthreads();
+    // Group sums of X: one warp per (token, segment), rows beyond M are zero.
+    const int seg_len = p.group_k >= p.k_pad ? slice : p.group_k;
+    for (int pr = warp; pr < kRows * n_seg; pr += kWarps) {
+      const int r = pr / n_seg, seg = pr % n_seg;
+      const int c0 = seg * seg_len, c1 = min(slice, c0 + seg_len);
+      float s = 0.f;
+      if (r < p.m) {
+        const uint16_t* xr = x_sh + r * xs_stride;
+        for (int c = c0 + 2 * lane; c < c1; c += 64) {
+          const uint32_t two = *reinterpret_cast<const uint32_t*>(xr + c);
+          if constexpr (BF16) {
+            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&two));
+            s += f.x + f.y;
+          } else {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&two));
+            s += f.x + f.y;
+          }
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
+      if (lane == 0) xsum_sh[r * n_seg + seg] = s;
+    }
+    __syncthreads();
+  }
+
+  float acc[MT][4], gacc[MT][4];
+#pragma unroll
+  for (int j = 0; j < MT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = gacc[j][i] = 0.f;
+
+  const int gsteps = p.group_k >= p.k_pad ? (1 << 30) : p.group_k / 16;
+  int seg = 0, steps_in_seg = 0;
+  const int lrow0 = warp * 16 + g;  // CTA-local rows of this lane's accumulators: lrow0 and lrow0 + 8
+
+  auto flush = [&]() {
+    float s0, s1, o0, o1;
+    if constexpr (D::kMetaEntry == 4) {
+      const __half2 m0 = reinterpret_cast<const __half2*>(meta_sh)[seg * kBlockN + lrow0];
+      const __half2 m1 = reinterpret_cast<const __half2*>(meta_sh)[seg * kBlockN + lrow0 + 8];
+      s0 = __low2float(m0);
+      s1 = __low2float(m1);
+      o0 = p.zero_point ? -__high2float(m0) * s0 : __high2float(m0);
+      o1 = p.zero_point ? -__high2float(m1) * s1 : __high2float(m1);
+    } else {
+      s0 = __half2float(reinterpret_cast<const __half*>(meta_sh)[seg * kBlockN + lrow0]);
+      s1 = __half2float(reinterpret_cast<const __half*>(meta_sh)[seg * kBlockN + lrow0 + 8]);
+      o0 = o1 = 0.f;
+    }
+    const float se0 = s0, se1 = s1 * D::kHiRowScale;
+    const float oe0 = o0 - D::kMagic * se0, oe1 = o1 - D::kMagic * se1;
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      const float xa = xsum_sh[(j * 8 + 2 * t) * n_seg + seg];
+      const float xb = xsum_sh[(j * 8 + 2 * t + 1) * n_seg + seg];
+      acc[j][0] += se0 * gacc[j][0] + oe0 * xa;
+      acc[j][1] += se0 * gacc[j][1] + oe0 * xb;
+      acc[j][2] += se1 * gacc[j][2] + oe1 * xa;
+      acc[j][3] += se1 * gacc[j][3] + oe1 * xb;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) gacc[j][i] = 0.f;
+    }
+  };
+
+  auto compute_stage = [&](const uint4(&buf)[kUnroll], int c) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (c + u < nch) {
+#pragma unroll
+        for (int s = 0; s < D::kKSteps; ++s) {
+          uint32_t a[4];
+          D::frag(buf[u], s, a);
+          const int kl = (c + u) * D::kChunkK + s * 16;
+#pragma unroll
+          for (int j = 0; j < MT; ++j) {
+            const uint16_t* xb = x_sh + (j * 8 + g) * xs_stride + kl + 2 * t;
+            const uint32_t b0 = *reinterpret_cast<const uint32_t*>(xb);
+            const uint32_t b1 = *reinterpret_cast<const uint32_t*>(xb + 8);
+            mma16816<BF16>(gacc[j], a, b0, b1);
+          }
+          if (++steps_in_seg == gsteps) {
+            flush();
+            ++seg;
+            steps_in_seg = 0;
+          }
+        }
+      }
+    }
+  };
+
+  if (active) {
+    for (int c = 0; c < nch; c += 2 * kUnroll) {
+      load_stage(buf_b, c + kUnroll);
+      compute_stage(buf_a, c);
+      load_stage(buf_a, c + 2 * kUnroll);
+      compute_stage(buf_b, c + kUnroll);
+    }
+    if (steps_in_seg > 0) flush();
+  }
+
+  // ---- Epilogue.
+  if (p.num_splits == 1) {
+    if (!active) return;
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int n = nt * 16 + g + 8 * (i >> 1), m = j * 8 + 2 * t + (i & 1);
+        if (m < p.m && n < p.n) {
+          const float v = apply_act(acc[j][i] + (p.bias ? p.bias[n] : 0.f), p.act);
+          store_y(p.y, static_cast<long long>(m) * p.ldy + n, v, p.y_dtype);
+        }
+      }
+    }
+    return;
+  }
+  if (active) {
+    float* part = p.partial + static_cast<size_t>(split) * p.m * p.n_pad;
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int n = nt * 16 + g + 8 * (i >> 1), m = j * 8 + 2 * t + (i & 1);
+        if (m < p.m) __stcg(part + static_cast<size_t>(m) * p.n_pad + n, acc[j][i]);
+      }
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned ticket = atomicAdd(p.tickets + nb, 1u);
+    is_last_sh = ticket == static_cast<unsigned>(p.num_splits - 1);
+  }
+  __syncthreads();
+  if (!is_last_sh) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < p.m * kBlockN; i += kThreads) {
+    const int m = i / kBlockN, n = nb * kBlockN + i % kBlockN;
+    if (n >= p.n) continue;
+    float v = 0.f;
+    for (int s = 0; s < p.num_splits; ++s) v += __ldcg(p.partial + (static_cast<size_t>(s) * p.m + m) * p.n_pad + n);
+    v = apply_act(v + (p.bias ? p.bias[n] : 0.f), p.act);
+    store_y(p.y, static_cast<long long>(m) * p.ldy + n, v, p.y_dtype);
+  }
+  if (threadIdx.x == 0) p.tickets[nb] = 0;  // ready for the next call
+}
+
+// Instantiation list entry (one per kernel in gemm_w4.cu / gemm_w8.cu).
+struct FusedKernelInfo {
+  int bits;
+  bool bf16;
+  int mt;
+  const void* func;
+};
+// The compiled list of each translation unit.
+struct FusedKernelList {
+  const FusedKernelInfo* begin_;
+  const FusedKernelInfo* end_;
+  const FusedKernelInfo* begin() const { return begin_; }
+  const FusedKernelInfo* end() const { return end_; }
+};
+FusedKernelList fused_kernels_w4();
+FusedKernelList fused_kernels_w8();
+
+}  // namespace qdec::wq

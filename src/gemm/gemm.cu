@@ -1,0 +1,304 @@
+// Host side of qdec::gemm: validation (everything checked before anything is launched), path choice, split-K
+// planning for the fused kernel, kernel lookup in the closed dispatch list, and the launches. docs/gemm.md.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "gemm/cublaslt.h"
+#include "gemm/dequant_kernel.cuh"
+#include "gemm/fused_kernel.cuh"
+#include "qdec/gemm.h"
+#include "runtime/cuda_check.h"
+
+namespace qdec {
+
+const char* gemm_dtype_name(GemmDType d) {
+  return d == GemmDType::kBF16 ? "bf16" : d == GemmDType::kFP16 ? "fp16" : "fp32";
+}
+const char* activation_name(Activation a) {
+  return a == Activation::kNone ? "none" : a == Activation::kReLU ? "relu" : "relu6";
+}
+const char* gemm_path_name(GemmPath p) {
+  return p == GemmPath::kAuto ? "auto" : p == GemmPath::kFused ? "fused" : "dequant+cublaslt";
+}
+
+namespace {
+
+using wq::FusedKernelInfo;
+
+Status invalid(std::string msg) {
+  return Status(StatusCode::kInvalidArgument, std::move(msg));
+}
+
+size_t round256(size_t b) {
+  return (b + 255) / 256 * 256;
+}
+
+struct Plan {
+  GemmPath path = GemmPath::kFused;
+  const FusedKernelInfo* kernel = nullptr;
+  int mt = 1;
+  int n_blocks = 0;
+  int num_splits = 1;
+  int kc = 0;
+  int n_seg = 1;
+  int smem = 0;
+  long long ldx = 0, ldy = 0;
+  size_t ticket_bytes = 0, partial_bytes = 0;  // fused
+  size_t scratch_bytes = 0;                    // dequant + cuBLASLt
+  size_t workspace_bytes = 0;
+};
+
+// Rows per dequantize + cuBLASLt chunk: all of N at large M (X is then re-read per chunk, which costs more
+// than the scratch round trip saves), else chunks of <= 24 MiB of scratch (multiples of 256 rows).
+constexpr int kChunkMaxM = 2048;
+constexpr size_t kChunkBytes = size_t(24) << 20;
+int dequant_chunk_rows(int m, const WeightLayout& L) {
+  if (m >= kChunkMaxM) return L.n;
+  const size_t row_bytes = size_t(L.k) * 2;
+  const int rows = std::max<int>(256, int(kChunkBytes / row_bytes) / 256 * 256);
+  return std::min(rows, L.n);
+}
+
+const FusedKernelInfo* find_kernel(int bits, bool bf16, int mt) {
+  for (auto list : {wq::fused_kernels_w4(), wq::fused_kernels_w8()}) {
+    for (const auto& e : list) {
+      if (e.bits == bits && e.bf16 == bf16 && e.mt == mt) return &e;
+    }
+  }
+  return nullptr;
+}
+
+// Raise the kernel's dynamic shared-memory limit once per (device, kernel).
+Status prepare_kernel(const void* func, int smem) {
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, int> raised;
+  int dev = 0;
+  QDEC_CUDA_RETURN(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  int& cur = raised[{dev, func}];
+  if (smem > cur) {
+    QDEC_CUDA_RETURN(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    cur = smem;
+  }
+  return Status::Ok();
+}
+
+// Split count of the fused kernel: the fewest splits whose CTAs fill the resident slots (2 per SM) with a last
+// wave >= 90% full, within the K slices the shared-memory budget allows (docs/gemm.md).
+void plan_splits(const GemmParams& p, const WeightLayout& L, int sm_count, Plan* plan) {
+  const int chunk = weight_chunk_k(L.format.kind);
+  const int gs = L.format.group_size;
+  const int align = std::max(chunk, gs != 0 ? gs : chunk);
+  const int entry = weight_meta_entry_bytes(L.format.kind);
+  // Shared-memory caps: X slice <= 48 KiB, scale slice <= 32 KiB.
+  int kc_max = 49152 / (plan->mt * 16) - wq::kXPadHalves;
+  if (gs != 0) kc_max = std::min(kc_max, 32768 / (wq::kBlockN * entry) * gs);
+  kc_max = std::max(align, kc_max / align * align);
+  const int units = (L.k_pad() + align - 1) / align;  // align-sized pieces of K
+  const int slots = 2 * sm_count;
+  int splits = 1;
+  if (p.num_splits > 0) {
+    splits = p.num_splits;
+  } else {
+    const int min_splits = (L.k_pad() + kc_max - 1) / kc_max;
+    // Partials cost M * n_pad * 4 bytes per split: keep them within half of the weight bytes.
+    const double part_per_split = double(p.m) * L.n_pad() * 4.0;
+    const int max_splits =
+        std::max(min_splits, std::min(units, int(std::max(1.0, 0.5 * L.code_bytes() / part_per_split))));
+    splits = min_splits;
+    double best = 0.0;
+    for (int s = min_splits; s <= max_splits; ++s) {
+      const int kc = (units + s - 1) / s * align;
+      const int real = (L.k_pad() + kc - 1) / kc;
+      const long long work = 1LL * plan->n_blocks * real;
+      const long long waves = (work + slots - 1) / slots;
+      const double eff = double(work) / double(waves * slots);
+      if (eff > best + 1e-9) {
+        best = eff;
+        splits = s;
+      }
+      if (eff >= 0.9) break;
+    }
+  }
+  splits = std::clamp(splits, 1, units);
+  int kc = (units + splits - 1) / splits * align;
+  kc = std::min(kc, kc_max);
+  plan->kc = kc;
+  plan->num_splits = (L.k_pad() + kc - 1) / kc;
+  plan->n_seg = (gs == 0 || gs >= L.k_pad()) ? 1 : (kc + gs - 1) / gs;
+  plan->smem = wq::fused_smem_bytes(plan->mt, kc, plan->n_seg, entry);
+}
+
+Status validate_and_plan(const GemmParams& p, Plan* plan) {
+  const WeightLayout& L = p.w.layout;
+  QDEC_RETURN_IF_ERROR(validate_weight_format(L.format));
+  if (p.m < 1) return invalid("M " + std::to_string(p.m) + " must be >= 1");
+  if (L.n < 1) return invalid("N " + std::to_string(L.n) + " must be >= 1");
+  if (L.k < 1) return invalid("K " + std::to_string(L.k) + " must be >= 1");
+  if (L.k > (1 << 24)) return invalid("K " + std::to_string(L.k) + " exceeds 16777216");
+  if (L.n > (1 << 24)) return invalid("N " + std::to_string(L.n) + " exceeds 16777216");
+  if (p.x_dtype != GemmDType::kBF16 && p.x_dtype != GemmDType::kFP16)
+    return invalid(std::string("x_dtype ") + gemm_dtype_name(p.x_dtype) + " is not supported (bf16, fp16)");
+  if (p.y_dtype != GemmDType::kBF16 && p.y_dtype != GemmDType::kFP16 && p.y_dtype != GemmDType::kFP32)
+    return invalid("y_dtype " + std::to_string(int(p.y_dtype)) + " is not a GemmDType");
+  if (p.act != Activation::kNone && p.act != Activation::kReLU && p.act != Activation::kReLU6)
+    return invalid("act " + std::to_string(int(p.act)) + " is not an Activation");
+  plan->ldx = p.ldx == 0 ? L.k : p.ldx;
+  plan->ldy = p.ldy == 0 ? L.n : p.ldy;
+  if (plan->ldx < L.k) return invalid("ldx " + std::to_string(plan->ldx) + " is smaller than K " + std::to_string(L.k));
+  if (plan->ldy < L.n) return invalid("ldy " + std::to_string(plan->ldy) + " is smaller than N " + std::to_string(L.n));
+  if (!p.x) return invalid("x is null");
+  if (!p.y) return invalid("y is null");
+  if (!p.w.codes) return invalid("w.codes is null");
+  if (!p.w.meta) return invalid("w.meta is null");
+  if (reinterpret_cast<uintptr_t>(p.w.codes) % 16 != 0) return invalid("w.codes is not 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(p.w.meta) % 4 != 0) return invalid("w.meta is not 4-byte aligned");
+  if (reinterpret_cast<uintptr_t>(p.x) % 2 != 0) return invalid("x is not 2-byte aligned");
+  if (reinterpret_cast<uintptr_t>(p.y) % (p.y_dtype == GemmDType::kFP32 ? 4 : 2) != 0)
+    return invalid("y is not aligned to its element size");
+  if (p.bias && reinterpret_cast<uintptr_t>(p.bias) % 4 != 0) return invalid("bias is not 4-byte aligned");
+  if (p.num_splits < 0 || p.num_splits > 4096)
+    return invalid("num_splits " + std::to_string(p.num_splits) + " must be in 0..4096 (0 = automatic)");
+
+  GemmPath path = p.path;
+  if (path == GemmPath::kAuto) path = p.m <= kFusedMaxM ? GemmPath::kFused : GemmPath::kDequantCublas;
+  if (path != GemmPath::kFused && path != GemmPath::kDequantCublas)
+    return invalid("path " + std::to_string(int(p.path)) + " is not a GemmPath");
+  plan->path = path;
+  if (path == GemmPath::kFused) {
+    if (p.m > kFusedMaxM)
+      return invalid("M " + std::to_string(p.m) + " exceeds the fused path's limit " + std::to_string(kFusedMaxM) +
+                     " (use GemmPath::kAuto or kDequantCublas)");
+    plan->mt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : p.m <= 32 ? 4 : 8;
+    const int bits = weight_bits(L.format.kind);
+    plan->kernel = find_kernel(bits, p.x_dtype == GemmDType::kBF16, plan->mt);
+    if (!plan->kernel)
+      return Status(StatusCode::kUnsupported, "fused kernel for " + L.format.name() + " x " +
+                                                  gemm_dtype_name(p.x_dtype) + " M " + std::to_string(p.m) +
+                                                  " is not compiled");
+    plan->n_blocks = (L.n_pad() + wq::kBlockN - 1) / wq::kBlockN;
+    if (plan->n_blocks > 2147483647 / 2) return invalid("N " + std::to_string(L.n) + " is too large");
+    DeviceInfo dev;
+    QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+    plan_splits(p, L, dev.sm_count, plan);
+    if (plan->num_splits > 65535)
+      return invalid("K " + std::to_string(L.k) + " needs " + std::to_string(plan->num_splits) +
+                     " splits, over the grid limit 65535");
+    if (plan->smem > dev.max_smem_per_block_optin)
+      return Status(StatusCode::kUnsupported, "fused kernel needs " + std::to_string(plan->smem) +
+                                                  " bytes of shared memory; the device allows " +
+                                                  std::to_string(dev.max_smem_per_block_optin));
+    if (plan->num_splits > 1) {
+      plan->ticket_bytes = round256(size_t(plan->n_blocks) * 4);
+      plan->partial_bytes = round256(size_t(plan->num_splits) * p.m * L.n_pad() * 4);
+    }
+    plan->workspace_bytes = plan->ticket_bytes + plan->partial_bytes;
+  } else {
+    plan->scratch_bytes = round256(size_t(dequant_chunk_rows(p.m, L)) * L.k * 2);
+    plan->workspace_bytes = plan->scratch_bytes + wq::kCublasWorkspaceBytes;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status gemm_workspace_bytes(const GemmParams& p, size_t* bytes) {
+  Plan plan;
+  QDEC_RETURN_IF_ERROR(validate_and_plan(p, &plan));
+  *bytes = plan.workspace_bytes;
+  return Status::Ok();
+}
+
+Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits) {
+  Plan plan;
+  QDEC_RETURN_IF_ERROR(validate_and_plan(p, &plan));
+  if (path) *path = plan.path;
+  if (num_splits) *num_splits = plan.num_splits;
+  return Status::Ok();
+}
+
+Status gemm(const GemmParams& p, cudaStream_t stream) {
+  Plan plan;
+  QDEC_RETURN_IF_ERROR(validate_and_plan(p, &plan));
+  if (plan.workspace_bytes > 0) {
+    if (!p.workspace)
+      return Status(StatusCode::kOutOfMemory,
+                    "workspace is null; the call needs " + std::to_string(plan.workspace_bytes) + " bytes");
+    if (p.workspace_bytes < plan.workspace_bytes)
+      return Status(StatusCode::kOutOfMemory, "workspace_bytes " + std::to_string(p.workspace_bytes) +
+                                                  " is smaller than the " + std::to_string(plan.workspace_bytes) +
+                                                  " bytes the call needs");
+    if (reinterpret_cast<uintptr_t>(p.workspace) % 256 != 0) return invalid("workspace is not 256-byte aligned");
+  }
+  const WeightLayout& L = p.w.layout;
+  const bool zp = L.format.kind == WeightKind::kINT4ZeroPoint;
+  if (plan.path == GemmPath::kFused) {
+    wq::FusedParams fp{};
+    fp.codes = static_cast<const uint8_t*>(p.w.codes);
+    fp.meta = static_cast<const uint8_t*>(p.w.meta);
+    fp.x = p.x;
+    fp.y = p.y;
+    fp.bias = p.bias;
+    fp.tickets = plan.num_splits > 1 ? static_cast<unsigned*>(p.workspace) : nullptr;
+    fp.partial = plan.num_splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.workspace) + plan.ticket_bytes)
+                                     : nullptr;
+    fp.ldx = plan.ldx;
+    fp.ldy = plan.ldy;
+    fp.m = p.m;
+    fp.n = L.n;
+    fp.k = L.k;
+    fp.n_pad = L.n_pad();
+    fp.k_pad = L.k_pad();
+    fp.group_k = L.format.group_size == 0 ? (1 << 30) : L.format.group_size;
+    fp.num_groups = L.num_groups();
+    fp.kc = plan.kc;
+    fp.num_splits = plan.num_splits;
+    fp.act = static_cast<int>(p.act);
+    fp.y_dtype = static_cast<int>(p.y_dtype);
+    fp.zero_point = zp ? 1 : 0;
+    fp.x_vec = (L.k % 8 == 0 && plan.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0) ? 1 : 0;
+    QDEC_RETURN_IF_ERROR(prepare_kernel(plan.kernel->func, plan.smem));
+    void* args[] = {&fp};
+    QDEC_CUDA_RETURN(cudaLaunchKernel(plan.kernel->func, dim3(plan.n_blocks, plan.num_splits), dim3(wq::kThreads), args,
+                                      plan.smem, stream));
+    return Status::Ok();
+  }
+  // Large M: dequantize to a 16-bit scratch in X's dtype, cuBLASLt, then bias / clamp if asked. Below
+  // kChunkMaxM the weight goes in row chunks of <= kChunkBytes, so that each chunk's scratch is still in L2
+  // when cuBLASLt reads it (each chunk re-reads X, which is small at such M).
+  void* scratch = p.workspace;
+  const int chunk_rows = dequant_chunk_rows(p.m, L);
+  wq::DequantParams dp{};
+  dp.codes = static_cast<const uint8_t*>(p.w.codes);
+  dp.meta = static_cast<const uint8_t*>(p.w.meta);
+  dp.out = scratch;
+  dp.n = L.n;
+  dp.k = L.k;
+  dp.n_pad = L.n_pad();
+  dp.k_pad = L.k_pad();
+  dp.bits = weight_bits(L.format.kind);
+  dp.group_k = L.group_k();
+  dp.zero_point = zp ? 1 : 0;
+  dp.out_bf16 = p.x_dtype == GemmDType::kBF16 ? 1 : 0;
+  const size_t y_elem = p.y_dtype == GemmDType::kFP32 ? 4 : 2;
+  for (int n0 = 0; n0 < L.n; n0 += chunk_rows) {
+    const int nc = std::min(chunk_rows, L.n - n0);
+    dp.row_begin = n0;
+    dp.row_end = n0 + nc;
+    QDEC_RETURN_IF_ERROR(wq::launch_dequant(dp, stream));
+    QDEC_RETURN_IF_ERROR(wq::cublaslt_gemm(p.x_dtype == GemmDType::kBF16, static_cast<int>(p.y_dtype), p.m, nc, L.k,
+                                           p.x, plan.ldx, scratch, static_cast<uint8_t*>(p.y) + size_t(n0) * y_elem,
+                                           plan.ldy, static_cast<uint8_t*>(p.workspace) + plan.scratch_bytes,
+                                           wq::kCublasWorkspaceBytes, stream));
+  }
+  if (p.bias || p.act != Activation::kNone) {
+    QDEC_RETURN_IF_ERROR(wq::launch_bias_act(p.y, plan.ldy, p.m, L.n, static_cast<int>(p.y_dtype), p.bias,
+                                             static_cast<int>(p.act), stream));
+  }
+  return Status::Ok();
+}
+
+}  // namespace qdec

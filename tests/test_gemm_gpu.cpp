@@ -1,0 +1,396 @@
+// Weight-only GEMM and convolution on the GPU against the float64 CPU references on the dequantized weights
+// (and the 16-bit inputs the kernel sees): every weight format x X dtype x M in {1, 2, 3, 5, 8, 16, 17, 64,
+// 1000}, odd N, K not a multiple of the group, both paths, forced split counts, bias and ReLU/ReLU6, fp32 Y;
+// convolutions (3x3 stride 2 pad 1, 1x1, 5x5 dilation 2, batch 2, fp32 and fp16); the documented errors.
+// Outputs are poisoned (NaN) before every launch. Skipped, with the reason, without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_util.h"
+#include "qdec/formats.h"
+#include "qdec/gemm.h"
+#include "qdec/weight_formats.h"
+#include "test_util.h"
+
+namespace qdec {
+namespace {
+
+using test::DeviceBuffer;
+
+constexpr double kTol = 5e-3;  // the bar, for every format and path
+
+struct Case {
+  const char* format;
+  GemmDType x_dtype;
+  int m;
+  int n;
+  int k;
+  GemmPath path;
+  int splits;
+  Activation act;
+  bool bias;
+  GemmDType y_dtype;
+};
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string s = std::string(c.format) + "_" + gemm_dtype_name(c.x_dtype) + "_m" + std::to_string(c.m) + "_n" +
+                  std::to_string(c.n) + "_k" + std::to_string(c.k) + "_" +
+                  (c.path == GemmPath::kAuto    ? "auto"
+                   : c.path == GemmPath::kFused ? "fused"
+                                                : "dequant") +
+                  "_s" + std::to_string(c.splits) + "_" + activation_name(c.act) + (c.bias ? "_bias" : "") + "_y" +
+                  gemm_dtype_name(c.y_dtype);
+  for (char& ch : s)
+    if (ch == '-') ch = '_';
+  return s;
+}
+
+uint16_t to16(float v, GemmDType d) {
+  return d == GemmDType::kBF16 ? float_to_bf16_bits(v) : float_to_fp16_bits(v);
+}
+double from16(uint16_t b, GemmDType d) {
+  return d == GemmDType::kBF16 ? bf16_bits_to_float(b) : fp16_bits_to_float(b);
+}
+
+// Weights with per-row spread and offset so that scales and offsets matter.
+std::vector<float> make_weights(std::mt19937_64& rng, int n, int k) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> w(size_t(n) * k);
+  for (int r = 0; r < n; ++r) {
+    const float sc = 0.02f * (0.5f + std::abs(nd(rng))), off = 0.01f * nd(rng);
+    for (int c = 0; c < k; ++c) w[size_t(r) * k + c] = sc * nd(rng) + off;
+  }
+  return w;
+}
+
+struct DeviceWeights {
+  DeviceBuffer codes, meta;
+  WeightView view;
+};
+
+void upload(const PackedWeights& pw, DeviceWeights* dw) {
+  ASSERT_EQ(dw->codes.allocate(pw.codes.size()), cudaSuccess);
+  ASSERT_EQ(dw->meta.allocate(pw.meta.size()), cudaSuccess);
+  QDEC_CUDA_CHECK(cudaMemcpy(dw->codes.get(), pw.codes.data(), pw.codes.size(), cudaMemcpyHostToDevice));
+  QDEC_CUDA_CHECK(cudaMemcpy(dw->meta.get(), pw.meta.data(), pw.meta.size(), cudaMemcpyHostToDevice));
+  dw->view.layout = pw.layout;
+  dw->view.codes = dw->codes.get();
+  dw->view.meta = dw->meta.get();
+}
+
+std::vector<double> download_y(const DeviceBuffer& y, size_t count, GemmDType d) {
+  std::vector<double> out(count);
+  if (d == GemmDType::kFP32) {
+    std::vector<float> f(count);
+    EXPECT_EQ(cudaMemcpy(f.data(), y.get(), count * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < count; ++i) out[i] = f[i];
+  } else {
+    std::vector<uint16_t> b(count);
+    EXPECT_EQ(cudaMemcpy(b.data(), y.get(), count * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < count; ++i) out[i] = from16(b[i], d);
+  }
+  return out;
+}
+
+class GemmGpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GemmGpu, MatchesFloat64Reference) {
+  QDEC_SKIP_WITHOUT_GPU();
+  const Case& c = GetParam();
+  QDEC_TEST_RNG(rng);
+  WeightFormat f;
+  ASSERT_TRUE(parse_weight_format(c.format, &f).ok());
+  const std::vector<float> w = make_weights(rng, c.n, c.k);
+  PackedWeights pw;
+  QDEC_ASSERT_OK(quantize_weights(w.data(), c.n, c.k, f, &pw));
+  std::vector<double> wd(w.size());
+  dequantize_weights_f64(pw, wd.data());
+
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<uint16_t> xb(size_t(c.m) * c.k);
+  std::vector<double> xd(xb.size());
+  for (size_t i = 0; i < xb.size(); ++i) {
+    xb[i] = to16(nd(rng), c.x_dtype);
+    xd[i] = from16(xb[i], c.x_dtype);
+  }
+  std::vector<float> bias(c.n);
+  std::vector<double> biasd(c.n);
+  for (int i = 0; i < c.n; ++i) biasd[i] = bias[i] = 0.5f * nd(rng);
+  std::vector<double> ref(size_t(c.m) * c.n);
+  gemm_reference(c.m, c.n, c.k, xd.data(), wd.data(), c.bias ? biasd.data() : nullptr, c.act, ref.data());
+
+  DeviceWeights dw;
+  upload(pw, &dw);
+  const size_t y_elem = c.y_dtype == GemmDType::kFP32 ? 4 : 2;
+  DeviceBuffer x(xb.size() * 2), y(ref.size() * y_elem), b(c.n * 4);
+  QDEC_CUDA_CHECK(cudaMemcpy(x.get(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+  QDEC_CUDA_CHECK(cudaMemcpy(b.get(), bias.data(), c.n * 4, cudaMemcpyHostToDevice));
+
+  GemmParams p;
+  p.m = c.m;
+  p.x_dtype = c.x_dtype;
+  p.y_dtype = c.y_dtype;
+  p.x = x.get();
+  p.w = dw.view;
+  p.bias = c.bias ? b.as<float>() : nullptr;
+  p.act = c.act;
+  p.y = y.get();
+  p.path = c.path;
+  p.num_splits = c.splits;
+  size_t ws_bytes = 0;
+  QDEC_ASSERT_OK(gemm_workspace_bytes(p, &ws_bytes));
+  DeviceBuffer ws(ws_bytes);
+  if (ws_bytes) QDEC_CUDA_CHECK(cudaMemset(ws.get(), 0, ws_bytes));
+  p.workspace = ws.get();
+  p.workspace_bytes = ws_bytes;
+  GemmPath path;
+  int splits = 0;
+  QDEC_ASSERT_OK(gemm_plan(p, &path, &splits));
+  SCOPED_TRACE(std::string("path ") + gemm_path_name(path) + ", splits " + std::to_string(splits));
+  // Twice: the second call checks that the split-K tickets were left at zero.
+  for (int rep = 0; rep < 2; ++rep) {
+    QDEC_CUDA_CHECK(cudaMemset(y.get(), 0xFF, ref.size() * y_elem));  // NaN in every dtype
+    QDEC_ASSERT_OK(gemm(p, nullptr));
+    QDEC_CUDA_CHECK(cudaGetLastError());
+    QDEC_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<double> got = download_y(y, ref.size(), c.y_dtype);
+    const double err = rel_l2(got.data(), ref.data(), ref.size());
+    EXPECT_LE(err, kTol) << "rep " << rep;
+  }
+}
+
+std::vector<Case> gemm_cases() {
+  std::vector<Case> v;
+  const GemmDType bf = GemmDType::kBF16, hf = GemmDType::kFP16;
+  // Every format x dtype over the M list, odd N, K = 1000 (not a multiple of 32, 64 or 128).
+  for (const char* fmt : {"int4-g128", "int4-g32", "int4-g64", "int4", "int4zp-g32", "int8", "int8-g32", "int8-g128"}) {
+    for (GemmDType d : {bf, hf}) {
+      for (int m : {1, 2, 3, 5, 8, 16, 17, 64, 1000}) {
+        v.push_back({fmt, d, m, 257, 1000, GemmPath::kAuto, 0, Activation::kNone, false, d});
+      }
+    }
+  }
+  // Both paths at small M, forced split counts (uneven slices), bias and clamps, fp32 output, larger shapes.
+  for (const char* fmt : {"int4-g128", "int8", "int4zp-g32"}) {
+    for (GemmDType d : {bf, hf}) {
+      v.push_back({fmt, d, 5, 129, 4096, GemmPath::kDequantCublas, 0, Activation::kNone, false, d});
+      v.push_back({fmt, d, 3, 511, 4096, GemmPath::kFused, 3, Activation::kReLU, true, d});
+      v.push_back({fmt, d, 16, 4097, 768, GemmPath::kFused, 1, Activation::kReLU6, true, GemmDType::kFP32});
+      v.push_back({fmt, d, 33, 1000, 2048, GemmPath::kAuto, 0, Activation::kNone, true, d});
+      v.push_back({fmt, d, 100, 1000, 2048, GemmPath::kAuto, 0, Activation::kReLU, true, GemmDType::kFP32});
+      v.push_back({fmt, d, 7, 96, 8192, GemmPath::kFused, 0, Activation::kNone, false, d});
+      v.push_back({fmt, d, 1, 33, 100, GemmPath::kFused, 0, Activation::kNone, false, d});
+    }
+  }
+  // The dequantize + cuBLASLt path in two row chunks (24 MiB of scratch holds 3072 rows of K = 4096).
+  v.push_back({"int4-g128", bf, 2, 3100, 4096, GemmPath::kDequantCublas, 0, Activation::kReLU, true, bf});
+  v.push_back({"int8", hf, 3, 3100, 4096, GemmPath::kDequantCublas, 0, Activation::kNone, false, GemmDType::kFP32});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GemmGpu, ::testing::ValuesIn(gemm_cases()), case_name);
+
+// ---- Convolution ------------------------------------------------------------------------------------------
+
+struct ConvCase {
+  const char* format;
+  int batch, ci, h, w, co, kh, kw, stride, pad, dil;
+  GemmDType dtype;
+  Activation act;
+};
+
+std::string conv_name(const ::testing::TestParamInfo<ConvCase>& info) {
+  const ConvCase& c = info.param;
+  std::string s = std::string(c.format) + "_b" + std::to_string(c.batch) + "_ci" + std::to_string(c.ci) + "_" +
+                  std::to_string(c.h) + "x" + std::to_string(c.w) + "_co" + std::to_string(c.co) + "_k" +
+                  std::to_string(c.kh) + "x" + std::to_string(c.kw) + "_s" + std::to_string(c.stride) + "_p" +
+                  std::to_string(c.pad) + "_d" + std::to_string(c.dil) + "_" + gemm_dtype_name(c.dtype) + "_" +
+                  activation_name(c.act);
+  for (char& ch : s)
+    if (ch == '-') ch = '_';
+  return s;
+}
+
+class ConvGpu : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(ConvGpu, MatchesDirectConvolution) {
+  QDEC_SKIP_WITHOUT_GPU();
+  const ConvCase& c = GetParam();
+  QDEC_TEST_RNG(rng);
+  WeightFormat f;
+  ASSERT_TRUE(parse_weight_format(c.format, &f).ok());
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> w(size_t(c.co) * c.ci * c.kh * c.kw);
+  for (auto& v : w) v = 0.05f * nd(rng);
+  PackedWeights pw;
+  QDEC_ASSERT_OK(quantize_conv_weights(w.data(), c.co, c.ci, c.kh, c.kw, f, &pw));
+  // The dequantized weights back in [Co, Ci, Kh, Kw] order for the direct reference.
+  std::vector<double> wq(size_t(c.co) * pw.layout.k), wd(w.size());
+  dequantize_weights_f64(pw, wq.data());
+  const int k = pw.layout.k;
+  for (int o = 0; o < c.co; ++o)
+    for (int ci = 0; ci < c.ci; ++ci)
+      for (int y = 0; y < c.kh; ++y)
+        for (int x = 0; x < c.kw; ++x)
+          wd[((size_t(o) * c.ci + ci) * c.kh + y) * c.kw + x] = wq[size_t(o) * k + (y * c.kw + x) * c.ci + ci];
+
+  Conv2dParams p;
+  p.batch = c.batch;
+  p.in_channels = c.ci;
+  p.in_h = c.h;
+  p.in_w = c.w;
+  p.out_channels = c.co;
+  p.kernel_h = c.kh;
+  p.kernel_w = c.kw;
+  p.stride_h = p.stride_w = c.stride;
+  p.pad_h = p.pad_w = c.pad;
+  p.dilation_h = p.dilation_w = c.dil;
+  p.dtype = c.dtype;
+  p.act = c.act;
+  const size_t in_count = size_t(c.batch) * c.ci * c.h * c.w;
+  std::vector<double> xd(in_count);
+  std::vector<float> xf(in_count);
+  std::vector<uint16_t> xh(in_count);
+  for (size_t i = 0; i < in_count; ++i) {
+    xf[i] = nd(rng);
+    xh[i] = float_to_fp16_bits(xf[i]);
+    xd[i] = c.dtype == GemmDType::kFP32 ? double(xf[i]) : double(fp16_bits_to_float(xh[i]));
+  }
+  std::vector<float> bias(c.co);
+  std::vector<double> biasd(c.co);
+  for (int i = 0; i < c.co; ++i) biasd[i] = bias[i] = 0.3f * nd(rng);
+  const size_t out_count = size_t(c.batch) * c.co * p.out_h() * p.out_w();
+  std::vector<double> ref(out_count);
+  conv2d_reference(p, xd.data(), wd.data(), biasd.data(), ref.data());
+
+  DeviceWeights dw;
+  upload(pw, &dw);
+  const size_t elem = c.dtype == GemmDType::kFP32 ? 4 : 2;
+  DeviceBuffer x(in_count * elem), y(out_count * elem), b(c.co * 4);
+  QDEC_CUDA_CHECK(cudaMemcpy(x.get(), c.dtype == GemmDType::kFP32 ? static_cast<const void*>(xf.data()) : xh.data(),
+                             in_count * elem, cudaMemcpyHostToDevice));
+  QDEC_CUDA_CHECK(cudaMemcpy(b.get(), bias.data(), c.co * 4, cudaMemcpyHostToDevice));
+  p.input = x.get();
+  p.output = y.get();
+  p.bias = b.as<float>();
+  p.w = dw.view;
+  size_t ws_bytes = 0;
+  QDEC_ASSERT_OK(conv2d_workspace_bytes(p, &ws_bytes));
+  DeviceBuffer ws(ws_bytes);
+  QDEC_CUDA_CHECK(cudaMemset(ws.get(), 0, ws_bytes));
+  p.workspace = ws.get();
+  p.workspace_bytes = ws_bytes;
+  QDEC_CUDA_CHECK(cudaMemset(y.get(), 0xFF, out_count * elem));
+  QDEC_ASSERT_OK(conv2d(p, nullptr));
+  QDEC_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<double> got =
+      download_y(y, out_count, c.dtype == GemmDType::kFP32 ? GemmDType::kFP32 : GemmDType::kFP16);
+  EXPECT_LE(rel_l2(got.data(), ref.data(), ref.size()), kTol);
+}
+
+std::vector<ConvCase> conv_cases() {
+  std::vector<ConvCase> v;
+  for (GemmDType d : {GemmDType::kFP32, GemmDType::kFP16}) {
+    for (const char* fmt : {"int4-g32", "int8", "int4zp-g64", "int8-g32"}) {
+      v.push_back({fmt, 2, 64, 15, 17, 40, 3, 3, 2, 1, 1, d, Activation::kReLU});   // 3x3 stride 2 pad 1
+      v.push_back({fmt, 2, 64, 9, 7, 33, 1, 1, 1, 0, 1, d, Activation::kNone});     // 1x1
+      v.push_back({fmt, 2, 64, 16, 16, 24, 5, 5, 1, 4, 2, d, Activation::kReLU6});  // 5x5 dilation 2
+      v.push_back({fmt, 1, 128, 4, 4, 17, 3, 3, 1, 1, 1, d, Activation::kNone});    // M = 16: fused path
+    }
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ConvGpu, ::testing::ValuesIn(conv_cases()), conv_name);
+
+// ---- Errors (validated before any launch; no GPU needed for most) ------------------------------------------
+
+TEST(GemmErrors, BadShapesAndPointers) {
+  GemmParams p;
+  p.w.layout = WeightLayout{WeightFormat{WeightKind::kINT4, 128}, 256, 512};
+  p.w.codes = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.w.meta = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.x = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.y = reinterpret_cast<void*>(uintptr_t(4096));
+  p.m = 0;
+  Status s = gemm(p, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("M 0"), std::string::npos) << s.message();
+  p.m = 4;
+  p.ldx = 100;
+  s = gemm(p, nullptr);
+  EXPECT_NE(s.message().find("ldx 100"), std::string::npos) << s.message();
+  p.ldx = 0;
+  p.x = nullptr;
+  s = gemm(p, nullptr);
+  EXPECT_NE(s.message().find("x is null"), std::string::npos) << s.message();
+  p.x = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.w.layout.format.group_size = 48;
+  s = gemm(p, nullptr);
+  EXPECT_NE(s.message().find("48"), std::string::npos) << s.message();
+  p.w.layout.format.group_size = 128;
+  p.w.codes = reinterpret_cast<const void*>(uintptr_t(4100));
+  s = gemm(p, nullptr);
+  EXPECT_NE(s.message().find("16-byte"), std::string::npos) << s.message();
+  p.w.codes = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.x_dtype = GemmDType::kFP32;
+  s = gemm(p, nullptr);
+  EXPECT_NE(s.message().find("x_dtype fp32"), std::string::npos) << s.message();
+}
+
+TEST(GemmErrors, FusedPathLimitAndWorkspace) {
+  QDEC_SKIP_WITHOUT_GPU();  // planning reads the device's SM count
+  GemmParams p;
+  p.w.layout = WeightLayout{WeightFormat{WeightKind::kINT4, 128}, 256, 4096};
+  p.w.codes = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.w.meta = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.x = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.y = reinterpret_cast<void*>(uintptr_t(4096));
+  p.m = 65;
+  p.path = GemmPath::kFused;
+  Status s = gemm(p, nullptr);
+  EXPECT_NE(s.message().find("M 65"), std::string::npos) << s.message();
+  p.m = 1;
+  p.num_splits = 4;
+  s = gemm(p, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kOutOfMemory) << s.to_string();
+  EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.message();
+}
+
+TEST(ConvErrors, BadGeometry) {
+  Conv2dParams p;
+  p.batch = 1;
+  p.in_channels = 48;
+  p.in_h = p.in_w = 8;
+  p.out_channels = 8;
+  p.kernel_h = p.kernel_w = 3;
+  p.w.layout = WeightLayout{WeightFormat{WeightKind::kINT4, 32}, 8, 9 * 48};
+  p.input = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.output = reinterpret_cast<void*>(uintptr_t(4096));
+  size_t bytes = 0;
+  Status s = conv2d_workspace_bytes(p, &bytes);
+  EXPECT_NE(s.message().find("in_channels 48"), std::string::npos) << s.message();
+  p.w.layout.format.group_size = 0;
+  p.stride_h = 0;
+  s = conv2d_workspace_bytes(p, &bytes);
+  EXPECT_NE(s.message().find("stride_h 0"), std::string::npos) << s.message();
+  p.stride_h = 1;
+  p.kernel_h = 11;
+  p.w.layout.k = 11 * 3 * 48;
+  s = conv2d_workspace_bytes(p, &bytes);
+  EXPECT_NE(s.message().find("empty"), std::string::npos) << s.message();
+  p.kernel_h = 3;
+  p.w.layout.k = 100;
+  s = conv2d_workspace_bytes(p, &bytes);
+  EXPECT_NE(s.message().find("weight K 100"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace qdec
