@@ -428,34 +428,41 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
           };
           row("cublas-bf16", lt_us, double(bf16_w), 1.0, "cublaslt");
           for (Packed& pk : packed) {
-            GemmParams p;
-            p.m = m;
-            p.x_dtype = p.y_dtype = dt;
-            p.w = WeightView{pk.L, pk.codes[0].get(), pk.meta[0].get()};
-            p.x = xs[0].get();
-            p.y = ys[0].get();
-            p.path = (path == GemmPath::kFused && m > kFusedMaxM) ? GemmPath::kAuto : path;
-            size_t wsb = 0;
-            check_status(gemm_workspace_bytes(p, &wsb), "workspace");
-            GemmPath used;
-            int splits = 0;
-            check_status(gemm_plan(p, &used, &splits), "plan");
-            Buf ws(wsb);
-            if (wsb) BENCH_CUDA(cudaMemset(ws.get(), 0, wsb));
-            p.workspace = ws.get();
-            p.workspace_bytes = wsb;
-            const int psets = int(pk.codes.size());
-            const double us = timer.time(o.warmup, o.iters, [&](int i) {
-              p.w.codes = pk.codes[i % psets].get();
-              p.w.meta = pk.meta[i % psets].get();
-              p.x = xs[i % sets].get();
-              p.y = ys[i % sets].get();
-              check_status(gemm(p, stream), "gemm");
-            });
-            BENCH_CUDA(cudaGetLastError());
-            const std::string pth =
-                used == GemmPath::kFused ? fmt::format("fused s{}", splits) : std::string("dequant+cublaslt");
-            row(pk.f.name(), us, double(pk.L.code_bytes() + pk.L.meta_bytes()), lt_us / us, pth);
+            // At M <= kFusedMaxM with --path auto, the dequantize + cuBLASLt path is timed too (the auto switch
+            // point is chosen from these rows).
+            const int variants = (path == GemmPath::kAuto && m <= kFusedMaxM) ? 2 : 1;
+            for (int variant = 0; variant < variants; ++variant) {
+              GemmParams p;
+              p.m = m;
+              p.x_dtype = p.y_dtype = dt;
+              p.w = WeightView{pk.L, pk.codes[0].get(), pk.meta[0].get()};
+              p.x = xs[0].get();
+              p.y = ys[0].get();
+              p.path = variant == 1                                   ? GemmPath::kDequantCublas
+                       : (path == GemmPath::kFused && m > kFusedMaxM) ? GemmPath::kAuto
+                                                                      : path;
+              size_t wsb = 0;
+              check_status(gemm_workspace_bytes(p, &wsb), "workspace");
+              GemmPath used;
+              int splits = 0;
+              check_status(gemm_plan(p, &used, &splits), "plan");
+              Buf ws(wsb);
+              if (wsb) BENCH_CUDA(cudaMemset(ws.get(), 0, wsb));
+              p.workspace = ws.get();
+              p.workspace_bytes = wsb;
+              const int psets = int(pk.codes.size());
+              const double us = timer.time(o.warmup, o.iters, [&](int i) {
+                p.w.codes = pk.codes[i % psets].get();
+                p.w.meta = pk.meta[i % psets].get();
+                p.x = xs[i % sets].get();
+                p.y = ys[i % sets].get();
+                check_status(gemm(p, stream), "gemm");
+              });
+              BENCH_CUDA(cudaGetLastError());
+              const std::string pth =
+                  used == GemmPath::kFused ? fmt::format("fused s{}", splits) : std::string("dequant+cublaslt");
+              row(pk.f.name(), us, double(pk.L.code_bytes() + pk.L.meta_bytes()), lt_us / us, pth);
+            }
           }
         }
       }

@@ -2,6 +2,8 @@
 # On the GPU machine: build the GEMM targets only (qdec_tests, bench_gemm), run the GEMM/conv tests (sharded
 # over the CPU cores), the GEMM benchmark and the cuDNN conv peer. Logs and JSON go to $OUT (or ./device-out).
 # Usage: bench/gemm_device.sh [stage...]   stages: build test bench torch (default: all four)
+# TEST_TARGET=qdec_tests runs the GEMM tests from the full suite binary (default: qdec_gemm_tests, the GEMM
+# tests alone, which builds without the rest of the suite).
 # BENCH_ARGS adds options to bench_gemm (e.g. "--shapes 4096x4096 --m 1,16").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +23,7 @@ for s in $stages; do
       [ -n "$missing" ] && { apt-get update -qq && apt-get install -y -qq $missing; } > "$OUT/apt.log" 2>&1
       export PATH="/usr/local/cuda/bin:$PATH"
       { cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release &&
-        ninja -C build-dev -j16 qdec_tests bench_gemm; } > "$OUT/build.log" 2>&1 ||
+        ninja -C build-dev -j16 ${TEST_TARGET:-qdec_gemm_tests} bench_gemm; } > "$OUT/build.log" 2>&1 ||
         { grep -E "error" -A3 "$OUT/build.log" | head -40; tail -20 "$OUT/build.log"; exit 1; }
       grep -E "spill" "$OUT/build.log" | grep -i gemm | head -5
       echo "build ok" ;;
@@ -29,7 +31,7 @@ for s in $stages; do
       n=16; pids=()
       filter="${TEST_FILTER:-WeightFormats*:*GemmGpu*:*ConvGpu*:GemmErrors*:ConvErrors*}"
       for i in $(seq 0 $((n - 1))); do
-        GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i timeout 240 build-dev/qdec_tests --gtest_brief=1 \
+        GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i timeout 60 build-dev/${TEST_TARGET:-qdec_gemm_tests} --gtest_brief=1 \
           --gtest_filter="$filter" > "$OUT/test_shard_$i.log" 2>&1 &
         pids+=($!)
       done
@@ -40,11 +42,11 @@ for s in $stages; do
       grep -E "FAILED|Failure|rel L2|Expected|Which is|QDEC_TEST_SEED|path " "$OUT/tests.log" | head -40
       echo "tests fail=$fail" ;;
     bench)
-      timeout 300 build-dev/bench_gemm --conv --json "$OUT/gemm.json" ${BENCH_ARGS:-} > "$OUT/gemm.txt" 2>&1
+      timeout 90 build-dev/bench_gemm --conv --json "$OUT/gemm.json" ${BENCH_ARGS:-} > "$OUT/gemm.txt" 2>&1
       echo "bench rc=$?"
       cat "$OUT/gemm.txt" ;;
     torch)
-      PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_conv.py --qdec-json "$OUT/gemm.json" \
+      PYTHONUNBUFFERED=1 timeout 40 python3 bench/torch_conv.py --qdec-json "$OUT/gemm.json" \
         --json "$OUT/torch_conv.json" > "$OUT/torch_conv.txt" 2>&1; echo "torch rc=$?"
       cat "$OUT/torch_conv.txt" ;;
   esac

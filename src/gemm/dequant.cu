@@ -1,10 +1,9 @@
 // Dequantization of a packed weight into a dense bf16/fp16 [N, K] matrix (the large-M path: the scratch is then
 // the A operand of a cuBLASLt GEMM, docs/gemm.md), and the bias/clamp epilogue of that path.
 //
-// One thread per (16-row tile, K chunk, lane): it reads the lane's 16 bytes of the tile (the same fragment
-// order the fused kernel reads, docs/formats.md) and writes the 32 (int4) or 16 (int8) values it holds:
-// rows g and g+8 of the tile, columns 2t, 2t+1, 2t+8, 2t+9 of each 16-wide k-step. Values are q * s + o in
-// fp32 with one rounding to 16 bits (an FMA), the scales read once per group.
+// One warp per 512-byte tile of the packed layout (docs/formats.md): a coalesced 16-byte load per lane into
+// shared memory, then 16-byte row-contiguous stores. Values are q * s + o in fp32 with one rounding to 16 bits
+// (an FMA; int4-zp: (q - z) * s, exact in fp32), the scale read once per 8 values.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -25,45 +24,75 @@ __device__ __forceinline__ void store16(void* out, size_t idx, float v, int bf16
   }
 }
 
+// One warp per 512-byte tile: the tile goes to shared memory with one coalesced 16-byte load per lane, then
+// each lane writes whole 8-value runs of a row (16-byte stores when K % 8 == 0): lane L takes row L / 2 and
+// the half (L % 2) of the tile's columns. One meta read per 8 values (a group is >= 32 values).
 __global__ void __launch_bounds__(256) dequant_kernel(const __grid_constant__ DequantParams p) {
+  __shared__ __align__(16) uint8_t tile_sh[8][512];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int chunk = p.bits == 4 ? 64 : 32;
   const int chunks_per_row = p.k_pad / chunk;
   const int nt0 = p.row_begin / 16, nt1 = (p.row_end + 15) / 16;
-  const long long total = static_cast<long long>(nt1 - nt0) * chunks_per_row * 32;
-  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const int lane = static_cast<int>(i % 32);
-    const long long tile = i / 32 + static_cast<long long>(nt0) * chunks_per_row;
-    const int nt = static_cast<int>(tile / chunks_per_row), c = static_cast<int>(tile % chunks_per_row);
-    const uint4 v = *reinterpret_cast<const uint4*>(p.codes + tile * 512 + lane * 16);
-    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-    const int g = lane / 4, t = lane % 4;
-    const int ksteps = chunk / 16;
-    for (int s = 0; s < ksteps; ++s) {
-      for (int reg = 0; reg < 4; ++reg) {
-        const int row = nt * 16 + g + 8 * (reg & 1);
-        if (row >= p.row_end) continue;
-        for (int e = 0; e < 2; ++e) {
-          const int col = c * chunk + s * 16 + 2 * t + e + 8 * (reg >> 1);
-          if (col >= p.k) continue;
-          const int grp = col / p.group_k;
-          float val;
-          if (p.bits == 4) {
-            const int nib = reg + 4 * e;
-            const float q = static_cast<float>((words[s] >> (4 * nib)) & 0xF);
-            const __half2 m =
-                *reinterpret_cast<const __half2*>(p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * 4);
-            // int4-zp: (q - z) * s, exact in fp32; int4: q * s + o with one rounding.
-            val = p.zero_point ? (q - __high2float(m)) * __low2float(m) : fmaf(q, __low2float(m), __high2float(m));
-          } else {
-            const uint32_t w = words[2 * s + (reg >> 1)];
-            const int byte = 2 * (reg & 1) + e;
-            const float q = static_cast<float>(static_cast<int>((w >> (8 * byte)) & 0xFF) - 128);
-            val = q * __half2float(
-                          *reinterpret_cast<const __half*>(p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * 2));
-          }
-          store16(p.out, static_cast<size_t>(row - p.row_begin) * p.k + col, val, p.out_bf16);
+  const long long tiles = static_cast<long long>(nt1 - nt0) * chunks_per_row;
+  const bool vec = (p.k % 8) == 0;
+  uint8_t* sh = tile_sh[warp];
+  for (long long tile = blockIdx.x * 8LL + warp; tile < tiles; tile += gridDim.x * 8LL) {
+    const long long gt = tile + static_cast<long long>(nt0) * chunks_per_row;
+    const int nt = static_cast<int>(gt / chunks_per_row), c = static_cast<int>(gt % chunks_per_row);
+    __syncwarp();
+    *reinterpret_cast<uint4*>(sh + lane * 16) = *reinterpret_cast<const uint4*>(p.codes + gt * 512 + lane * 16);
+    __syncwarp();
+    const int r = lane / 2, row = nt * 16 + r;
+    if (row >= p.row_end) continue;
+    const int g = r % 8, hi = r / 8;
+    const int runs = chunk / 16;  // 8-value runs per lane: half of the tile's columns
+    for (int run = 0; run < runs; ++run) {
+      const int cl = (lane % 2) * (chunk / 2) + run * 8;  // first column of the run within the tile
+      const int col0 = c * chunk + cl;
+      if (col0 >= p.k) break;
+      const int grp = col0 / p.group_k;
+      const int s = cl / 16, khalf = (cl % 16) / 8;
+      float sc, off = 0.f, zp = 0.f;
+      if (p.bits == 4) {
+        const __half2 m = *reinterpret_cast<const __half2*>(p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * 4);
+        sc = __low2float(m);
+        (p.zero_point ? zp : off) = __high2float(m);
+      } else {
+        sc = __half2float(*reinterpret_cast<const __half*>(p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * 2));
+      }
+      const int reg = hi + 2 * khalf;
+      float v[8];
+#pragma unroll
+      for (int e8 = 0; e8 < 8; ++e8) {
+        const int t = e8 / 2, e = e8 % 2, ln = g * 4 + t;
+        float q;
+        if (p.bits == 4) {
+          const uint32_t w = *reinterpret_cast<const uint32_t*>(sh + ln * 16 + s * 4);
+          q = static_cast<float>((w >> (4 * (reg + 4 * e))) & 0xF);
+          // int4-zp: (q - z) * s, exact in fp32; int4: q * s + o with one rounding.
+          v[e8] = p.zero_point ? (q - zp) * sc : fmaf(q, sc, off);
+        } else {
+          q = static_cast<float>(static_cast<int>(sh[ln * 16 + s * 8 + reg * 2 + e]) - 128);
+          v[e8] = q * sc;
         }
+      }
+      const size_t base = static_cast<size_t>(row - p.row_begin) * p.k + col0;
+      if (vec) {
+        uint4 o;
+        uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (p.out_bf16) {
+            __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+            ow[i] = *reinterpret_cast<uint32_t*>(&h);
+          } else {
+            __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+            ow[i] = *reinterpret_cast<uint32_t*>(&h);
+          }
+        }
+        *reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.out) + base * 2) = o;
+      } else {
+        for (int i = 0; i < 8 && col0 + i < p.k; ++i) store16(p.out, base + i, v[i], p.out_bf16);
       }
     }
   }
@@ -92,8 +121,8 @@ __global__ void bias_act_kernel(void* y, long long ldy, int m, int n, int y_dtyp
 
 Status launch_dequant(const DequantParams& p, cudaStream_t stream) {
   const int chunk = p.bits == 4 ? 64 : 32;
-  const long long total = static_cast<long long>((p.row_end + 15) / 16 - p.row_begin / 16) * (p.k_pad / chunk) * 32;
-  const long long blocks = std::min<long long>((total + 255) / 256, 132LL * 16);
+  const long long tiles = static_cast<long long>((p.row_end + 15) / 16 - p.row_begin / 16) * (p.k_pad / chunk);
+  const long long blocks = std::min<long long>((tiles + 7) / 8, 132LL * 16);
   dequant_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
   return cuda_status(cudaGetLastError(), "dequant_kernel launch");
 }

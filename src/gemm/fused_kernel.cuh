@@ -20,8 +20,9 @@
 //   Each scale group accumulates in its own registers; at the end of a group the fp32 accumulators take
 //   s * acc_group + (o - magic * s) * sum_group(X): the scale, the offset and the magic number cost one FMA
 //   pair per group, not per weight.
-// - Split-K: each CTA writes fp32 partials, and the last CTA of a column block (an atomic ticket) sums them
-//   in split order (deterministic), applies bias and clamp and writes Y, then resets its ticket to zero.
+// - Split-K: each CTA adds its fp32 sums into an L2-resident accumulator with float2 atomics; the last CTA of a
+//   column block (an atomic ticket) applies bias and clamp, writes Y and zeroes the accumulator and its ticket
+//   for the next call (the summation order, and so the last bits, vary from run to run).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -43,7 +44,7 @@ struct FusedParams {
   const void* x;
   void* y;
   const float* bias;  // nullable
-  float* partial;     // [num_splits][m][n_pad] (num_splits > 1)
+  float* partial;     // [n_pad][MT * 8] fp32 split-K accumulator, zero between calls (num_splits > 1)
   unsigned* tickets;  // [n_blocks], zero between calls (num_splits > 1)
   long long ldx;
   long long ldy;
@@ -94,12 +95,14 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
   return p;
 }
 
-// 16-byte streaming load: read-only path, no L1 allocation, L2 evict-first.
+// 16-byte streaming load: read-only path, no L1 allocation, L2 evict-first. volatile keeps it where it is
+// written (ahead of the MMAs of the previous stage): a plain asm may be sunk to its first use, which
+// serializes the load latency with the math.
 __device__ __forceinline__ uint4 ld_stream(const void* ptr, uint64_t policy) {
   uint4 r;
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(ptr), "l"(policy));
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(ptr), "l"(policy));
   return r;
 }
 
@@ -361,14 +364,16 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemm_kernel(const __grid_co
     }
     return;
   }
+  // Split-K: add this slice's sums into the fp32 accumulator [n_pad][kRows] (float2 atomics, L2), then the
+  // last CTA of the column block (ticket) finishes it and leaves the accumulator zero for the next call.
   if (active) {
-    float* part = p.partial + static_cast<size_t>(split) * p.m * p.n_pad;
 #pragma unroll
     for (int j = 0; j < MT; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int n = nt * 16 + g + 8 * (i >> 1), m = j * 8 + 2 * t + (i & 1);
-        if (m < p.m) __stcg(part + static_cast<size_t>(m) * p.n_pad + n, acc[j][i]);
+      const int m = j * 8 + 2 * t;
+      if (m < p.m) {
+        float* a0 = p.partial + static_cast<size_t>(nt * 16 + g) * kRows + m;
+        atomicAdd(reinterpret_cast<float2*>(a0), make_float2(acc[j][0], acc[j][1]));
+        atomicAdd(reinterpret_cast<float2*>(a0 + 8 * kRows), make_float2(acc[j][2], acc[j][3]));
       }
     }
   }
@@ -383,11 +388,12 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemm_kernel(const __grid_co
   __threadfence();
   for (int i = threadIdx.x; i < p.m * kBlockN; i += kThreads) {
     const int m = i / kBlockN, n = nb * kBlockN + i % kBlockN;
-    if (n >= p.n) continue;
-    float v = 0.f;
-    for (int s = 0; s < p.num_splits; ++s) v += __ldcg(p.partial + (static_cast<size_t>(s) * p.m + m) * p.n_pad + n);
-    v = apply_act(v + (p.bias ? p.bias[n] : 0.f), p.act);
-    store_y(p.y, static_cast<long long>(m) * p.ldy + n, v, p.y_dtype);
+    if (n >= p.n_pad) continue;
+    float* a = p.partial + static_cast<size_t>(n) * kRows + m;
+    const float v = __ldcg(a);
+    __stcg(a, 0.f);
+    if (n < p.n)
+      store_y(p.y, static_cast<long long>(m) * p.ldy + n, apply_act(v + (p.bias ? p.bias[n] : 0.f), p.act), p.y_dtype);
   }
   if (threadIdx.x == 0) p.tickets[nb] = 0;  // ready for the next call
 }

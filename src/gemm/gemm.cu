@@ -104,7 +104,7 @@ void plan_splits(const GemmParams& p, const WeightLayout& L, int sm_count, Plan*
     splits = p.num_splits;
   } else {
     const int min_splits = (L.k_pad() + kc_max - 1) / kc_max;
-    // Partials cost M * n_pad * 4 bytes per split: keep them within half of the weight bytes.
+    // Each split adds M * n_pad * 4 bytes of atomics: keep them within half of the weight bytes.
     const double part_per_split = double(p.m) * L.n_pad() * 4.0;
     const int max_splits =
         std::max(min_splits, std::min(units, int(std::max(1.0, 0.5 * L.code_bytes() / part_per_split))));
@@ -193,7 +193,7 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
                                                   std::to_string(dev.max_smem_per_block_optin));
     if (plan->num_splits > 1) {
       plan->ticket_bytes = round256(size_t(plan->n_blocks) * 4);
-      plan->partial_bytes = round256(size_t(plan->num_splits) * p.m * L.n_pad() * 4);
+      plan->partial_bytes = round256(size_t(L.n_pad()) * plan->mt * 8 * 4);
     }
     plan->workspace_bytes = plan->ticket_bytes + plan->partial_bytes;
   } else {
