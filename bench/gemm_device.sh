@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: build the GEMM targets only (qdec_tests, bench_gemm), run the GEMM/conv tests (sharded
 # over the CPU cores), the GEMM benchmark and the cuDNN conv peer. Logs and JSON go to $OUT (or ./device-out).
-# Usage: bench/gemm_device.sh [stage...]   stages: build test bench torch (default: all four)
+# Usage: bench/gemm_device.sh [stage...]   stages: build test bench torch sanitize (default: the first four)
 # TEST_TARGET=qdec_tests runs the GEMM tests from the full suite binary (default: qdec_gemm_tests, the GEMM
 # tests alone, which builds without the rest of the suite).
 # BENCH_ARGS adds options to bench_gemm (e.g. "--shapes 4096x4096 --m 1,16").
@@ -47,7 +47,12 @@ for s in $stages; do
       cat "$OUT/gemm.txt" ;;
     torch)
       PYTHONUNBUFFERED=1 timeout 40 python3 bench/torch_conv.py --qdec-json "$OUT/gemm.json" \
-        --json "$OUT/torch_conv.json" > "$OUT/torch_conv.txt" 2>&1; echo "torch rc=$?"
+        > "$OUT/torch_conv.txt" 2>&1; echo "torch rc=$?"
       cat "$OUT/torch_conv.txt" ;;
+    sanitize)
+      timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 build-dev/${TEST_TARGET:-qdec_gemm_tests} \
+        --gtest_filter="${SAN_FILTER:-*GemmGpu*m17*:*GemmGpu*_s3_*:*ConvGpu*int4_g32_b2*}" --gtest_brief=1 \
+        > "$OUT/memcheck.log" 2>&1
+      echo "memcheck rc=$?"; tail -6 "$OUT/memcheck.log" ;;
   esac
 done

@@ -36,30 +36,56 @@ __global__ void __launch_bounds__(256) dequant_kernel(const __grid_constant__ De
   const long long tiles = static_cast<long long>(nt1 - nt0) * chunks_per_row;
   const bool vec = (p.k % 8) == 0;
   uint8_t* sh = tile_sh[warp];
-  for (long long tile = blockIdx.x * 8LL + warp; tile < tiles; tile += gridDim.x * 8LL) {
+  const int r = lane / 2, g = r % 8, hi = r / 8;
+  const int half = chunk / 2;  // columns per lane: within one group (groups are >= 32 and aligned)
+  // The lane's codes and its (row, group) meta for a tile: fetched one tile ahead, so that a warp keeps a
+  // load in flight while it converts and stores the current tile.
+  auto fetch = [&](long long tile, uint4* v, uint32_t* m) {
+    const long long gt = tile + static_cast<long long>(nt0) * chunks_per_row;
+    *v = *reinterpret_cast<const uint4*>(p.codes + gt * 512 + lane * 16);
+    const int nt = static_cast<int>(gt / chunks_per_row), c = static_cast<int>(gt % chunks_per_row);
+    const int row = nt * 16 + r, col = c * chunk + (lane % 2) * half;
+    *m = 0;
+    if (row < p.row_end && col < p.k) {
+      const size_t e = static_cast<size_t>(col / p.group_k) * p.n_pad + row;
+      *m = p.bits == 4 ? *reinterpret_cast<const uint32_t*>(p.meta + e * 4)
+                       : static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(p.meta + e * 2));
+    }
+  };
+  const long long stride = gridDim.x * 8LL;
+  long long tile = blockIdx.x * 8LL + warp;
+  uint4 v_cur = make_uint4(0, 0, 0, 0);
+  uint32_t m_cur = 0;
+  if (tile < tiles) fetch(tile, &v_cur, &m_cur);
+  for (; tile < tiles; tile += stride) {
+    uint4 v_next = make_uint4(0, 0, 0, 0);
+    uint32_t m_next = 0;
+    if (tile + stride < tiles) fetch(tile + stride, &v_next, &m_next);
     const long long gt = tile + static_cast<long long>(nt0) * chunks_per_row;
     const int nt = static_cast<int>(gt / chunks_per_row), c = static_cast<int>(gt % chunks_per_row);
     __syncwarp();
-    *reinterpret_cast<uint4*>(sh + lane * 16) = *reinterpret_cast<const uint4*>(p.codes + gt * 512 + lane * 16);
+    *reinterpret_cast<uint4*>(sh + lane * 16) = v_cur;
     __syncwarp();
-    const int r = lane / 2, row = nt * 16 + r;
+    const uint32_t m_bits = m_cur;
+    v_cur = v_next;
+    m_cur = m_next;
+    const int row = nt * 16 + r;
     if (row >= p.row_end) continue;
-    const int g = r % 8, hi = r / 8;
-    const int runs = chunk / 16;  // 8-value runs per lane: half of the tile's columns
+    float sc, off = 0.f, zp = 0.f;
+    if (p.bits == 4) {
+      const __half2 m = *reinterpret_cast<const __half2*>(&m_bits);
+      sc = __low2float(m);
+      (p.zero_point ? zp : off) = __high2float(m);
+    } else {
+      const uint16_t b = static_cast<uint16_t>(m_bits);
+      sc = __half2float(*reinterpret_cast<const __half*>(&b));
+    }
+    const int runs = chunk / 16;  // 8-value runs per lane
     for (int run = 0; run < runs; ++run) {
-      const int cl = (lane % 2) * (chunk / 2) + run * 8;  // first column of the run within the tile
+      const int cl = (lane % 2) * half + run * 8;  // first column of the run within the tile
       const int col0 = c * chunk + cl;
       if (col0 >= p.k) break;
-      const int grp = col0 / p.group_k;
       const int s = cl / 16, khalf = (cl % 16) / 8;
-      float sc, off = 0.f, zp = 0.f;
-      if (p.bits == 4) {
-        const __half2 m = *reinterpret_cast<const __half2*>(p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * 4);
-        sc = __low2float(m);
-        (p.zero_point ? zp : off) = __high2float(m);
-      } else {
-        sc = __half2float(*reinterpret_cast<const __half*>(p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * 2));
-      }
       const int reg = hi + 2 * khalf;
       float v[8];
 #pragma unroll

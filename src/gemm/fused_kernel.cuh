@@ -88,6 +88,14 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
   }
 }
 
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::);
+}
+
 // An L2 policy that marks lines evict-first (the weights are read once).
 __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t p;
@@ -213,19 +221,26 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemm_kernel(const __grid_co
       if (active && c + u < nch) buf[u] = ld_stream(w_gl + static_cast<size_t>(c + u) * 512, policy);
     }
   };
-  // Issue the first stage before staging X, so that its latency overlaps the staging.
+  // Issue the first two stages before staging X, so that their latency overlaps the staging; from then on
+  // two stages are always in flight (a stage is reloaded right after its MMAs).
   load_stage(buf_a, 0);
+  load_stage(buf_b, kUnroll);
 
   // ---- Stage X[0 .. kRows) x [k0, k1) (zeros outside M and K), the slice's meta, then the group sums.
   {
+    // Every global read of the staging is a cp.async, so that all of them are in flight at once (a load +
+    // shared store loop waits out one memory latency per iteration).
     const uint16_t* x_gl = static_cast<const uint16_t*>(p.x);
     if (p.x_vec) {
       const int vecs = slice / 8;
       for (int i = threadIdx.x; i < kRows * vecs; i += kThreads) {
         const int r = i / vecs, c = (i % vecs) * 8, kk = k0 + c;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (r < p.m && kk < p.k) v = *reinterpret_cast<const uint4*>(x_gl + r * p.ldx + kk);
-        *reinterpret_cast<uint4*>(x_sh + r * xs_stride + c) = v;
+        uint16_t* dst = x_sh + r * xs_stride + c;
+        if (r < p.m && kk < p.k) {
+          cp_async16(dst, x_gl + r * p.ldx + kk);
+        } else {
+          *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+        }
       }
     } else {
       for (int i = threadIdx.x; i < kRows * slice; i += kThreads) {
@@ -233,19 +248,21 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemm_kernel(const __grid_co
         x_sh[r * xs_stride + c] = (r < p.m && kk < p.k) ? x_gl[r * p.ldx + kk] : uint16_t{0};
       }
     }
+    // Meta: per segment, the CTA's 128 rows are contiguous (group-major layout): 16-byte pieces of 4 (int4) or
+    // 8 (int8) rows; pieces past n_pad or past the last group are zero.
     const int g_first = p.group_k >= p.k_pad ? 0 : k0 / p.group_k;
-    for (int i = threadIdx.x; i < n_seg * kBlockN; i += kThreads) {
-      const int seg = i / kBlockN, row = nb * kBlockN + i % kBlockN, grp = g_first + seg;
-      const bool ok = row < p.n_pad && grp < p.num_groups;
-      if constexpr (D::kMetaEntry == 4) {
-        reinterpret_cast<uint32_t*>(meta_sh)[i] =
-            ok ? *reinterpret_cast<const uint32_t*>(p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * 4) : 0u;
+    constexpr int kPieceRows = 16 / D::kMetaEntry;
+    constexpr int kPieces = kBlockN / kPieceRows;
+    for (int i = threadIdx.x; i < n_seg * kPieces; i += kThreads) {
+      const int seg = i / kPieces, row = nb * kBlockN + (i % kPieces) * kPieceRows, grp = g_first + seg;
+      uint8_t* dst = meta_sh + static_cast<size_t>(i) * 16;
+      if (row < p.n_pad && grp < p.num_groups) {
+        cp_async16(dst, p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * D::kMetaEntry);
       } else {
-        reinterpret_cast<uint16_t*>(meta_sh)[i] =
-            ok ? *reinterpret_cast<const uint16_t*>(p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * 2)
-               : uint16_t{0};
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
       }
     }
+    cp_async_wait_all();
     __syncthreads();
     // Group sums of X: one warp per (token, segment), rows beyond M are zero.
     const int seg_len = p.group_k >= p.k_pad ? slice : p.group_k;
@@ -340,10 +357,10 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemm_kernel(const __grid_co
 
   if (active) {
     for (int c = 0; c < nch; c += 2 * kUnroll) {
-      load_stage(buf_b, c + kUnroll);
       compute_stage(buf_a, c);
       load_stage(buf_a, c + 2 * kUnroll);
       compute_stage(buf_b, c + kUnroll);
+      load_stage(buf_b, c + 3 * kUnroll);
     }
     if (steps_in_seg > 0) flush();
   }

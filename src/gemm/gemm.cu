@@ -93,8 +93,10 @@ void plan_splits(const GemmParams& p, const WeightLayout& L, int sm_count, Plan*
   const int gs = L.format.group_size;
   const int align = std::max(chunk, gs != 0 ? gs : chunk);
   const int entry = weight_meta_entry_bytes(L.format.kind);
-  // Shared-memory caps: X slice <= 48 KiB, scale slice <= 32 KiB.
-  int kc_max = 49152 / (plan->mt * 16) - wq::kXPadHalves;
+  // Shared-memory caps: X slice <= 48 KiB (96 KiB from 32 tokens up, where longer slices mean fewer splits and
+  // so fewer accumulator atomics, at one CTA per SM), scale slice <= 32 KiB.
+  const int x_budget = plan->mt >= 4 ? 98304 : 49152;
+  int kc_max = x_budget / (plan->mt * 16) - wq::kXPadHalves;
   if (gs != 0) kc_max = std::min(kc_max, 32768 / (wq::kBlockN * entry) * gs);
   kc_max = std::max(align, kc_max / align * align);
   const int units = (L.k_pad() + align - 1) / align;  // align-sized pieces of K
