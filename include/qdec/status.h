@@ -14,6 +14,7 @@ enum class StatusCode {
   kCudaError,        // a CUDA runtime call or kernel launch failed
   kOutOfMemory,      // an allocation or a caller-provided workspace was too small
   kNoDevice,         // no usable CUDA device
+  kOutOfPages,       // the KV page pool has too few free pages; nothing was changed (preempt, then retry)
 };
 
 const char* status_code_name(StatusCode code);

@@ -16,6 +16,8 @@ const char* status_code_name(StatusCode code) {
       return "OutOfMemory";
     case StatusCode::kNoDevice:
       return "NoDevice";
+    case StatusCode::kOutOfPages:
+      return "OutOfPages";
   }
   // A value outside the enum (a cast from a corrupt int) must still yield a printable name.
   return "Unknown";

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "commands.h"
 #include "qdec/attention.h"
 #include "qdec/formats.h"
 
@@ -248,7 +249,11 @@ int main(int argc, char** argv) {
   auto* batt = bench->add_subcommand("attention", "decode-attention benchmark (seed 000's table and more)");
   qdec::bench::add_attention_bench_options(batt, &bopt);
 #endif
+  qdec::cli::Registry registry;
+  qdec::cli::register_plan_command(app, registry);
   CLI11_PARSE(app, argc, argv);
+  for (auto& [sub, run] : registry.commands)
+    if (sub->parsed()) return run();
   if (info->parsed()) return cmd_info();
   if (att->parsed()) return cmd_attention(aopt);
 #ifdef QDEC_HAVE_BENCH
