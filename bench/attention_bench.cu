@@ -42,6 +42,7 @@
 #include "attention_bench.h"
 #include "qdec/attention.h"
 #include "qdec/formats.h"
+#include "qdec/kv_cache.h"
 #include "qdec/status.h"
 
 namespace qdec::bench {
@@ -252,6 +253,21 @@ __global__ void wait_for_host_kernel(volatile int* flag, uint64_t timeout_ns) {
     }
     __nanosleep(1000);
   }
+}
+
+// Builds a paged pool from a contiguous cache: page i of the contiguous K and V buffers becomes pool page
+// perm[i] = [K tiles of all heads][V tiles of all heads] (include/qdec/kv_cache.h). Page parts are multiples
+// of 16 bytes (16 tokens x row bytes).
+__global__ void scatter_pages_kernel(uint8_t* __restrict__ pool, const uint8_t* __restrict__ k,
+                                     const uint8_t* __restrict__ v, const int32_t* __restrict__ perm,
+                                     uint64_t k_page_bytes, uint64_t v_page_bytes) {
+  const uint64_t i = blockIdx.x;
+  uint8_t* dst = pool + uint64_t(perm[i]) * (k_page_bytes + v_page_bytes);
+  const uint4* ks = reinterpret_cast<const uint4*>(k + i * k_page_bytes);
+  const uint4* vs = reinterpret_cast<const uint4*>(v + i * v_page_bytes);
+  for (uint64_t w = threadIdx.x; w < k_page_bytes / 16; w += blockDim.x) reinterpret_cast<uint4*>(dst)[w] = ks[w];
+  for (uint64_t w = threadIdx.x; w < v_page_bytes / 16; w += blockDim.x)
+    reinterpret_cast<uint4*>(dst + k_page_bytes)[w] = vs[w];
 }
 
 // ---- Device ---------------------------------------------------------------------------------------------
@@ -717,6 +733,12 @@ struct CaseResult {
   double pct_read_ceiling = 0;
   double speedup_vs_bf16 = kNoValue;
   double check_rel_l2 = kNoValue;
+  bool paged = false;
+  double time_vs_contiguous = kNoValue;  // paged median / contiguous median (--cache both)
+  double append_us = kNoValue;           // --append: median of the fused append of this case's B tokens
+  double append_gbps = kNoValue;
+  size_t append_bytes = 0;
+  double append_pct_of_step = kNoValue;  // append median / this case's decode median
 };
 
 // Launches per stream hold: 4 queue entries each (2 events, up to 2 kernels) stays far below the driver's
@@ -724,13 +746,64 @@ struct CaseResult {
 constexpr int kLaunchesPerHold = 32;
 constexpr uint64_t kHoldTimeoutNs = 5'000'000'000ull;
 
+// Times `launch` (which enqueues one operation on `stream` for iteration i): warm-up, then every launch
+// between its own pair of events, the stream held by the spin kernel until each batch is enqueued.
+TimeStats time_launches(const AttentionBenchOptions& opts, cudaStream_t stream, HostFlag& flag, const std::string& what,
+                        const std::function<Status(int)>& launch) {
+  for (int i = 0; i < opts.warmup; ++i) check_status(launch(i), what);
+  BENCH_CUDA(cudaGetLastError());
+  BENCH_CUDA(cudaStreamSynchronize(stream));
+  std::vector<Event> start(size_t(opts.iters)), stop(size_t(opts.iters));
+  for (int first = 0; first < opts.iters; first += kLaunchesPerHold) {
+    const int last = std::min(opts.iters, first + kLaunchesPerHold);
+    flag.reset();
+    wait_for_host_kernel<<<1, 1, 0, stream>>>(flag.device(), kHoldTimeoutNs);
+    BENCH_CUDA(cudaGetLastError());
+    // If a CUDA call throws mid-batch, release the stream on the way out rather than wait for the timeout.
+    struct ReleaseOnExit {
+      HostFlag& flag;
+      ~ReleaseOnExit() { flag.release(); }
+    } release_on_exit{flag};
+    std::string launch_error;
+    for (int i = first; i < last && launch_error.empty(); ++i) {
+      BENCH_CUDA(cudaEventRecord(start[i].get(), stream));
+      const Status launched = launch(opts.warmup + i);
+      BENCH_CUDA(cudaEventRecord(stop[i].get(), stream));
+      if (!launched.ok()) launch_error = launched.to_string();
+    }
+    flag.release();
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    if (!launch_error.empty()) throw BenchError(fmt::format("{}: {}", what, launch_error));
+    BENCH_CUDA(cudaGetLastError());
+    if (flag.timed_out()) {
+      throw BenchError(
+          fmt::format("{}: the stream hold timed out: enqueuing {} launches took over {} s (does the library call "
+                      "synchronize?)",
+                      what, last - first, kHoldTimeoutNs / 1e9));
+    }
+  }
+  std::vector<double> us;
+  for (int i = 0; i < opts.iters; ++i) us.push_back(1e3 * elapsed_ms(start[i], stop[i]));
+  return summarize(std::move(us));
+}
+
+// A random page permutation: sequence b's page j lives at pool page perm[b * pages_per_seq + j].
+std::vector<int32_t> shuffled_pages(int num_pages, uint64_t seed) {
+  std::vector<int32_t> perm(static_cast<size_t>(num_pages));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(mix64(seed));
+  std::shuffle(perm.begin(), perm.end(), rng);
+  return perm;
+}
+
 CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBenchOptions& opts, const DeviceInfo& dev,
-                    const Ceilings& ceil, cudaStream_t stream, HostFlag& flag) {
+                    const Ceilings& ceil, cudaStream_t stream, HostFlag& flag, bool paged) {
   CaseResult r;
-  const std::string what = fmt::format("{} {}", shape.label(), fp.name());
+  const std::string what = fmt::format("{} {}{}", shape.label(), fp.name(), paged ? " paged" : "");
   const DType qd = fp.q_dtype();
   const ContiguousKvLayout kl = make_layout(fp.k, shape, shape.t_max, opts.page_size);
   const ContiguousKvLayout vl = make_layout(fp.v, shape, shape.t_max, opts.page_size);
+  const KvPageLayout page_layout{fp.k, fp.v, shape.head_dim, opts.page_size, shape.num_kv_heads};
   const size_t qo_bytes = size_t(shape.batch) * shape.num_qo_heads * shape.head_dim * 2;
 
   // Declared traffic: the rows of live tokens of K and V (data + scales), Q in, O out.
@@ -743,6 +816,18 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
 
   DeviceBuffer lens(shape.seq_lens.size() * sizeof(int32_t));
   BENCH_CUDA(cudaMemcpyAsync(lens.get(), shape.seq_lens.data(), lens.bytes(), cudaMemcpyHostToDevice, stream));
+  // Paged: every set shares one shuffled block table (the identity layout of a contiguous cache, permuted).
+  const int num_pages = shape.batch * kl.pages_per_seq();
+  const std::vector<int32_t> table = paged ? shuffled_pages(num_pages, opts.seed ^ 0x9a9e) : std::vector<int32_t>{};
+  DeviceBuffer d_table(table.size() * sizeof(int32_t));
+  if (paged)
+    BENCH_CUDA(cudaMemcpyAsync(d_table.get(), table.data(), d_table.bytes(), cudaMemcpyHostToDevice, stream));
+  auto bind = [&](DecodeAttentionParams* p, void* k, void* v, void* pool) {
+    if (paged)
+      set_paged_cache(p, page_layout, pool, num_pages, d_table.as<int32_t>(), table.data(), kl.pages_per_seq());
+    else
+      set_contiguous_cache(p, kl, k, vl, v);
+  };
 
   DecodeAttentionParams base;
   base.batch = shape.batch;
@@ -759,7 +844,7 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
   {
     DeviceBuffer stand_in(256);
     DecodeAttentionParams probe = base;
-    set_contiguous_cache(&probe, kl, stand_in.get(), vl, stand_in.get());
+    bind(&probe, stand_in.get(), stand_in.get(), stand_in.get());
     probe.q = stand_in.get();
     probe.o = stand_in.get();
     const Status s = decode_attention_workspace_bytes(probe, &r.workspace_bytes);
@@ -773,11 +858,12 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
 
   // Rotation: ceil(4 L2 / set) sets, so that consecutive launches never find their inputs in L2 (the sets
   // together exceed 2x L2 with room to spare; one set when a set alone is over 4x L2), capped by free memory.
+  // A paged set is built from a contiguous one, so it needs room for both while it is made.
   r.set_bytes = kl.total_bytes() + vl.total_bytes() + 2 * qo_bytes;
   const uint64_t want_sets = std::max<uint64_t>(1, (4 * uint64_t(dev.l2_bytes) + r.set_bytes - 1) / r.set_bytes);
   size_t free_bytes = 0, total_bytes = 0;
   BENCH_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const size_t headroom = r.workspace_bytes + (size_t(256) << 20);
+  const size_t headroom = r.workspace_bytes + (size_t(256) << 20) + (paged ? r.set_bytes : 0);
   const uint64_t fit_sets = free_bytes > headroom ? (free_bytes - headroom) / r.set_bytes : 0;
   if (fit_sets < 1) {
     throw BenchError(fmt::format("{}: one input set needs {} bytes, {} bytes are free", what, r.set_bytes, free_bytes));
@@ -785,70 +871,45 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
   r.rotation_sets = int(std::min<uint64_t>({want_sets, fit_sets, 64}));
 
   struct Set {
-    DeviceBuffer k, v, q, o;
+    DeviceBuffer k, v, pool, q, o;
   };
   std::vector<Set> sets;
   std::vector<DecodeAttentionParams> params;
   DeviceBuffer ws(r.workspace_bytes);  // launches are stream-ordered, so all sets share one workspace
   for (int i = 0; i < r.rotation_sets; ++i) {
-    Set s{DeviceBuffer(kl.total_bytes()), DeviceBuffer(vl.total_bytes()), DeviceBuffer(qo_bytes),
+    Set s{DeviceBuffer(kl.total_bytes()), DeviceBuffer(vl.total_bytes()), DeviceBuffer(), DeviceBuffer(qo_bytes),
           DeviceBuffer(qo_bytes)};
     const uint64_t seed = mix64(opts.seed + uint64_t(i));
     launch_fill(s.k.get(), s.k.bytes(), kv_fill_spec(kl.tile, seed ^ 1), dev, stream);
     launch_fill(s.v.get(), s.v.bytes(), kv_fill_spec(vl.tile, seed ^ 2), dev, stream);
     launch_fill(s.q.get(), s.q.bytes(), dense_fill_spec(qo_bytes, qd, seed ^ 3), dev, stream);
     BENCH_CUDA(cudaMemsetAsync(s.o.get(), 0xFF, qo_bytes, stream));  // NaN: an unwritten O fails the check
+    if (paged) {
+      // The contiguous buffers are freed as soon as their pages are in the pool.
+      DeviceBuffer pool(size_t(num_pages) * page_layout.page_bytes());
+      scatter_pages_kernel<<<unsigned(num_pages), 256, 0, stream>>>(
+          pool.as<uint8_t>(), s.k.as<uint8_t>(), s.v.as<uint8_t>(), d_table.as<int32_t>(), kl.page_bytes(),
+          vl.page_bytes());
+      BENCH_CUDA(cudaGetLastError());
+      BENCH_CUDA(cudaStreamSynchronize(stream));
+      sets.push_back(Set{DeviceBuffer(), DeviceBuffer(), std::move(pool), std::move(s.q), std::move(s.o)});
+    } else {
+      sets.push_back(std::move(s));
+    }
+    const Set& set = sets.back();
     DecodeAttentionParams p = base;
-    set_contiguous_cache(&p, kl, s.k.get(), vl, s.v.get());
-    p.q = s.q.get();
-    p.o = s.o.get();
+    bind(&p, set.k.get(), set.v.get(), set.pool.get());
+    p.q = set.q.get();
+    p.o = set.o.get();
     p.workspace = ws.get();
     p.workspace_bytes = r.workspace_bytes;
     params.push_back(p);
-    sets.push_back(std::move(s));
   }
   check_status(decode_attention_num_splits(params[0], &r.num_splits), what);
   BENCH_CUDA(cudaStreamSynchronize(stream));
 
-  // Warm-up, untimed.
-  for (int i = 0; i < opts.warmup; ++i) check_status(decode_attention(params[i % params.size()], stream), what);
-  BENCH_CUDA(cudaGetLastError());
-  BENCH_CUDA(cudaStreamSynchronize(stream));
-
-  // Timed: every launch between its own events, the stream held until each batch is enqueued.
-  std::vector<Event> start(size_t(opts.iters)), stop(size_t(opts.iters));
-  for (int first = 0; first < opts.iters; first += kLaunchesPerHold) {
-    const int last = std::min(opts.iters, first + kLaunchesPerHold);
-    flag.reset();
-    wait_for_host_kernel<<<1, 1, 0, stream>>>(flag.device(), kHoldTimeoutNs);
-    BENCH_CUDA(cudaGetLastError());
-    // If a CUDA call throws mid-batch, release the stream on the way out rather than wait for the timeout.
-    struct ReleaseOnExit {
-      HostFlag& flag;
-      ~ReleaseOnExit() { flag.release(); }
-    } release_on_exit{flag};
-    std::string launch_error;
-    for (int i = first; i < last && launch_error.empty(); ++i) {
-      const DecodeAttentionParams& p = params[size_t(opts.warmup + i) % params.size()];
-      BENCH_CUDA(cudaEventRecord(start[i].get(), stream));
-      const Status launched = decode_attention(p, stream);
-      BENCH_CUDA(cudaEventRecord(stop[i].get(), stream));
-      if (!launched.ok()) launch_error = launched.to_string();
-    }
-    flag.release();
-    BENCH_CUDA(cudaStreamSynchronize(stream));
-    if (!launch_error.empty()) throw BenchError(fmt::format("{}: {}", what, launch_error));
-    BENCH_CUDA(cudaGetLastError());
-    if (flag.timed_out()) {
-      throw BenchError(
-          fmt::format("{}: the stream hold timed out: enqueuing {} launches took over {} s (does decode_attention "
-                      "synchronize?)",
-                      what, last - first, kHoldTimeoutNs / 1e9));
-    }
-  }
-  std::vector<double> us;
-  for (int i = 0; i < opts.iters; ++i) us.push_back(1e3 * elapsed_ms(start[i], stop[i]));
-  r.time = summarize(std::move(us));
+  r.time = time_launches(opts, stream, flag, what,
+                         [&](int i) { return decode_attention(params[size_t(i) % params.size()], stream); });
 
   // Every set that ran must hold a finite output (O was NaN-poisoned before the first launch).
   const size_t used_sets = std::min<size_t>(params.size(), size_t(opts.warmup + opts.iters));
@@ -860,6 +921,58 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
 
   r.gbps = double(r.bytes()) / (r.time.median_us * 1e-6) / 1e9;
   r.pct_read_ceiling = 100.0 * r.gbps / ceil.read_gbps;
+  return r;
+}
+
+// The fused append of one decode step: B new tokens (one per sequence, at position seq_len - 1, so in the
+// page a decode step reads last), RoPE (rotate-half, theta 10^4) on K, quantized into a paged pool through a
+// shuffled block table. Bytes: the bf16 K and V rows read plus the quantized rows written. The pool holds
+// only the pages the appends touch (the kernel's cost does not depend on the pool's size).
+struct AppendResult {
+  TimeStats time;
+  size_t bytes = 0;
+  double gbps = 0;
+};
+
+AppendResult run_append_case(const Shape& shape, const FormatPair& fp, const AttentionBenchOptions& opts,
+                             const DeviceInfo& dev, cudaStream_t stream, HostFlag& flag) {
+  AppendResult r;
+  const std::string what = fmt::format("append {} {}", shape.label(), fp.name());
+  const KvPageLayout layout{fp.k, fp.v, shape.head_dim, opts.page_size, shape.num_kv_heads};
+  const int B = shape.batch;
+  const int max_pages = (shape.t_max + opts.page_size - 1) / opts.page_size;
+  const int num_pages = 2 * B;
+  const std::vector<int32_t> perm = shuffled_pages(num_pages, opts.seed ^ 0xa99e);
+  std::vector<int32_t> table(static_cast<size_t>(B) * max_pages, 0), start(static_cast<size_t>(B), 0);
+  for (int b = 0; b < B; ++b) {
+    start[b] = shape.seq_lens[b] - 1;
+    table[size_t(b) * max_pages + start[b] / opts.page_size] = perm[b];
+  }
+  const size_t row_values = size_t(B) * shape.num_kv_heads * shape.head_dim;
+  DeviceBuffer pool(size_t(num_pages) * layout.page_bytes()), k(row_values * 2), v(row_values * 2),
+      d_table(table.size() * 4), d_start(start.size() * 4);
+  launch_fill(k.get(), k.bytes(), dense_fill_spec(k.bytes(), fp.q_dtype(), opts.seed ^ 0xa1), dev, stream);
+  launch_fill(v.get(), v.bytes(), dense_fill_spec(v.bytes(), fp.q_dtype(), opts.seed ^ 0xa2), dev, stream);
+  BENCH_CUDA(cudaMemcpyAsync(d_table.get(), table.data(), d_table.bytes(), cudaMemcpyHostToDevice, stream));
+  BENCH_CUDA(cudaMemcpyAsync(d_start.get(), start.data(), d_start.bytes(), cudaMemcpyHostToDevice, stream));
+  KvAppendParams p;
+  p.k = k.get();
+  p.v = v.get();
+  p.dtype = fp.q_dtype();
+  p.batch = B;
+  p.start_pos = d_start.as<int32_t>();
+  p.start_pos_host = start.data();
+  p.layout = layout;
+  p.pool = pool.get();
+  p.num_pages = num_pages;
+  p.block_table = d_table.as<int32_t>();
+  p.block_table_host = table.data();
+  p.max_pages_per_seq = max_pages;
+  p.rope = RopeStyle::kHalf;
+  r.time = time_launches(opts, stream, flag, what, [&](int) { return kv_append(p, stream); });
+  r.bytes = 2 * row_values * 2 + size_t(B) * shape.num_kv_heads *
+                                     (kv_row_bytes(fp.k, shape.head_dim) + kv_row_bytes(fp.v, shape.head_dim));
+  r.gbps = double(r.bytes) / (r.time.median_us * 1e-6) / 1e9;
   return r;
 }
 
@@ -897,6 +1010,7 @@ json case_json(const Shape& s, const FormatPair& fp, const AttentionBenchOptions
             {"v_format", fp.v.name()},
             {"q_dtype", dtype_name(fp.q_dtype())},
             {"page_size", opts.page_size},
+            {"cache", r.paged ? "paged" : "contiguous"},
             {"status", r.status}};
   if (opts.unequal) j["seq_lens_list"] = s.seq_lens;
   if (r.status != "ok") {
@@ -923,20 +1037,29 @@ json case_json(const Shape& s, const FormatPair& fp, const AttentionBenchOptions
             {"pct_read_ceiling", r.pct_read_ceiling},
             {"speedup_vs_bf16", has_value(r.speedup_vs_bf16) ? json(r.speedup_vs_bf16) : json(nullptr)}});
   if (has_value(r.check_rel_l2)) j["check_rel_l2"] = r.check_rel_l2;
+  if (has_value(r.time_vs_contiguous)) j["time_vs_contiguous"] = r.time_vs_contiguous;
+  if (has_value(r.append_us)) {
+    j["append"] = {{"median_us", r.append_us},
+                   {"bytes", r.append_bytes},
+                   {"gbps", r.append_gbps},
+                   {"pct_of_decode_step", r.append_pct_of_step}};
+  }
   return j;
 }
 
 std::string table_row(const std::string& shape, const std::string& format, const std::string& splits,
                       const std::string& median, const std::string& mb, const std::string& gbps, const std::string& pct,
-                      const std::string& speedup) {
-  return fmt::format("{:<32} {:<18} {:>6} {:>11} {:>10} {:>9} {:>9} {:>7}\n", shape, format, splits, median, mb, gbps,
-                     pct, speedup);
+                      const std::string& speedup, const std::string& vs_contig) {
+  return fmt::format("{:<32} {:<24} {:>6} {:>11} {:>10} {:>9} {:>9} {:>7} {:>9}\n", shape, format, splits, median, mb,
+                     gbps, pct, speedup, vs_contig);
 }
 
 int run(const AttentionBenchOptions& opts, std::ostream& out) {
   if (opts.iters < 1) throw BenchError(fmt::format("--iters: {} must be >= 1", opts.iters));
   if (opts.warmup < 0) throw BenchError(fmt::format("--warmup: {} must be >= 0", opts.warmup));
   if (opts.num_splits < 0) throw BenchError(fmt::format("--splits: {} must be >= 0", opts.num_splits));
+  if (opts.cache != "contiguous" && opts.cache != "paged" && opts.cache != "both")
+    throw BenchError(fmt::format("--cache: '{}' is not contiguous, paged or both", opts.cache));
   const std::vector<FormatPair> formats = parse_formats(opts.formats);
   const std::vector<Shape> shapes = make_shapes(opts);
 
@@ -967,9 +1090,10 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
       "ceilings (median of 30): copy {:.0f} GB/s (read+write of {:.2f} GB), read {:.0f} GB/s "
       "(streaming read of {:.2f} GB) <- the '% ceil' column\n",
       ceil.copy_gbps, ceil.copy_bytes / 1e9, ceil.read_gbps, ceil.read_bytes / 1e9);
-  out << fmt::format("{} iterations per case after {} warm-up, page size {}, splits {}, lengths {}\n\n", opts.iters,
-                     opts.warmup, opts.page_size, opts.num_splits == 0 ? "auto" : std::to_string(opts.num_splits),
-                     opts.unequal ? "random in [T/2, T]" : "all T");
+  out << fmt::format("{} iterations per case after {} warm-up, page size {}, splits {}, lengths {}, cache {}\n\n",
+                     opts.iters, opts.warmup, opts.page_size,
+                     opts.num_splits == 0 ? "auto" : std::to_string(opts.num_splits),
+                     opts.unequal ? "random in [T/2, T]" : "all T", opts.cache);
 
   // The JSON is written at the end, or with what was measured so far when a case fails (a GPU run is too
   // costly to lose whole).
@@ -980,6 +1104,7 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
                     {"batch", opts.batch},         {"iters", opts.iters},
                     {"warmup", opts.warmup},       {"num_splits", opts.num_splits},
                     {"page_size", opts.page_size}, {"unequal", opts.unequal},
+                    {"cache", opts.cache},         {"append", opts.append},
                     {"check", opts.check},         {"seed", opts.seed}};
     json ceilings = {{"copy_bytes", ceil.copy_bytes},
                      {"copy", stats_json(ceil.copy)},
@@ -1033,28 +1158,57 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
       out << "\n";
     }
 
-    out << table_row("shape", "format", "splits", "median µs", "bytes MB", "GB/s", "% ceil", "x BF16");
+    out << table_row("shape", "format", "splits", "median µs", "bytes MB", "GB/s", "% ceil", "x BF16", "t/contig");
+    std::vector<std::string> append_lines;
+    const bool run_contiguous = opts.cache != "paged", run_paged = opts.cache != "contiguous";
     for (size_t si = 0; si < shapes.size(); ++si) {
       const Shape& shape = shapes[si];
-      double bf16_us = kNoValue;
+      double bf16_us[2] = {kNoValue, kNoValue};  // [contiguous, paged]
       for (size_t fi = 0; fi < formats.size(); ++fi) {
         const FormatPair& fp = formats[fi];
-        CaseResult r = run_case(shape, fp, opts, dev, ceil, stream.get(), flag);
-        r.check_rel_l2 = check_err[si][fi];
-        if (r.status != "ok") {
-          ++unsupported;
-          out << fmt::format("{:<32} {:<18} {}\n", shape.label(), fp.name(), r.message);
-        } else {
-          if (fp.k == KvFormat::bf16() && fp.v == KvFormat::bf16()) bf16_us = r.time.median_us;
-          if (has_value(bf16_us)) r.speedup_vs_bf16 = bf16_us / r.time.median_us;
-          out << table_row(shape.label(), fp.name(), std::to_string(r.num_splits),
-                           fmt::format("{:.2f}", r.time.median_us), fmt::format("{:.2f}", r.bytes() / 1e6),
-                           fmt::format("{:.1f}", r.gbps), fmt::format("{:.1f}", r.pct_read_ceiling),
-                           has_value(r.speedup_vs_bf16) ? fmt::format("{:.2f}", r.speedup_vs_bf16) : "-");
+        double contiguous_us = kNoValue;
+        for (int paged = 0; paged < 2; ++paged) {
+          if (!(paged ? run_paged : run_contiguous)) continue;
+          CaseResult r = run_case(shape, fp, opts, dev, ceil, stream.get(), flag, paged != 0);
+          r.paged = paged != 0;
+          r.check_rel_l2 = check_err[si][fi];
+          const std::string name = fp.name() + (paged ? " paged" : "");
+          if (r.status != "ok") {
+            ++unsupported;
+            out << fmt::format("{:<32} {:<24} {}\n", shape.label(), name, r.message);
+          } else {
+            if (fp.k == KvFormat::bf16() && fp.v == KvFormat::bf16()) bf16_us[paged] = r.time.median_us;
+            if (has_value(bf16_us[paged])) r.speedup_vs_bf16 = bf16_us[paged] / r.time.median_us;
+            if (!paged) contiguous_us = r.time.median_us;
+            if (paged && has_value(contiguous_us)) r.time_vs_contiguous = r.time.median_us / contiguous_us;
+            if (opts.append && shape.family != "long" && (paged || !run_paged)) {
+              const AppendResult a = run_append_case(shape, fp, opts, dev, stream.get(), flag);
+              r.append_us = a.time.median_us;
+              r.append_gbps = a.gbps;
+              r.append_bytes = a.bytes;
+              r.append_pct_of_step = 100.0 * a.time.median_us / r.time.median_us;
+              append_lines.push_back(fmt::format("{:<32} {:<24} {:>9.2f} {:>9.3f} {:>8.1f} {:>9.2f}%\n", shape.label(),
+                                                 fp.name(), a.time.median_us, a.bytes / 1e6, a.gbps,
+                                                 r.append_pct_of_step));
+            }
+            out << table_row(shape.label(), name, std::to_string(r.num_splits),
+                             fmt::format("{:.2f}", r.time.median_us), fmt::format("{:.2f}", r.bytes() / 1e6),
+                             fmt::format("{:.1f}", r.gbps), fmt::format("{:.1f}", r.pct_read_ceiling),
+                             has_value(r.speedup_vs_bf16) ? fmt::format("{:.2f}", r.speedup_vs_bf16) : "-",
+                             has_value(r.time_vs_contiguous) ? fmt::format("{:.3f}", r.time_vs_contiguous) : "-");
+          }
+          out.flush();
+          cases.push_back(case_json(shape, fp, opts, r));
         }
-        out.flush();
-        cases.push_back(case_json(shape, fp, opts, r));
       }
+    }
+    if (!append_lines.empty()) {
+      out << fmt::format("\nfused append (RoPE + quantize + paged write) of one new token per sequence, vs the {} "
+                         "decode step of the same case:\n",
+                         run_paged ? "paged" : "contiguous");
+      out << fmt::format("{:<32} {:<24} {:>9} {:>9} {:>8} {:>10}\n", "shape", "format", "median µs", "bytes MB",
+                         "GB/s", "% of step");
+      for (const std::string& line : append_lines) out << line;
     }
   } catch (const std::exception& e) {
     write_json(e.what());

@@ -28,6 +28,12 @@ struct AttentionBenchOptions {
   int warmup = 5;      // untimed launches per case before the timed ones
   int num_splits = 0;  // 0 = the library's choice; >= 1 forces a split-K count
   int page_size = 64;  // tokens per tile
+  // contiguous: separate K and V buffers (identity block table); paged: one K+V page pool read through a
+  // randomly shuffled block table (include/qdec/kv_cache.h); both: each case both ways, with the ratio.
+  std::string cache = "contiguous";
+  // Also time the fused append (RoPE + quantize + write, one new token per sequence) for each seed000 and
+  // smollm2 case, as us, GB/s and % of that case's decode step.
+  bool append = false;
   // Random sequence lengths in [T/2, T] (one draw per shape, shared by all formats) instead of all T.
   bool unequal = false;
   // Before timing, run every (shape heads, format) on a small problem and compare with the float64 CPU
@@ -59,6 +65,9 @@ void add_attention_bench_options(App* app, AttentionBenchOptions* o) {
   app->add_option("--warmup", o->warmup, "Untimed warm-up launches per case")->capture_default_str();
   app->add_option("--splits", o->num_splits, "Force the split-K count (0 = automatic)")->capture_default_str();
   app->add_option("--page-size", o->page_size, "Tokens per tile (power of two, 16..256)")->capture_default_str();
+  app->add_option("--cache", o->cache, "KV cache layout: contiguous, paged or both")
+      ->capture_default_str();
+  app->add_flag("--append", o->append, "Also time the fused append kernel (B new tokens) per case");
   app->add_flag("--unequal", o->unequal, "Random sequence lengths in [T/2, T] instead of all equal to T");
   app->add_flag("--check", o->check, "Check every format against the CPU reference on a small problem first");
   app->add_option("--seed", o->seed, "Seed of the random cache contents and lengths")->capture_default_str();

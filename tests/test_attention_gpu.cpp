@@ -13,6 +13,7 @@
 #include "gpu_util.h"
 #include "qdec/attention.h"
 #include "qdec/formats.h"
+#include "qdec/kv_cache.h"
 #include "test_util.h"
 
 namespace qdec {
@@ -35,6 +36,7 @@ struct Case {
   int len_case;  // > 0: every sequence has this length; 0: unequal lengths
   int splits;    // 0 automatic, else forced
   int page_size = 64;
+  bool paged = false;  // pages of one K+V pool, shuffled, read through a block table
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -42,7 +44,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string s = std::string(c.k_format) + "_" + c.v_format + "_d" + std::to_string(c.head_dim) + "_g" +
                   std::to_string(c.group_size) + "_" +
                   (c.len_case > 0 ? "len" + std::to_string(c.len_case) : "unequal") + "_s" + std::to_string(c.splits) +
-                  "_p" + std::to_string(c.page_size);
+                  "_p" + std::to_string(c.page_size) + (c.paged ? "_paged" : "");
   for (char& ch : s)
     if (ch == '-') ch = '_';
   return s;
@@ -119,6 +121,34 @@ void run_case(const Case& c, uint64_t seed) {
   QDEC_CUDA_CHECK(cudaMemcpy(d_q.get(), q_bits.data(), q_bits.size() * 2, cudaMemcpyHostToDevice));
   QDEC_CUDA_CHECK(cudaMemcpy(d_k.get(), kc.data(), kc.size(), cudaMemcpyHostToDevice));
   QDEC_CUDA_CHECK(cudaMemcpy(d_v.get(), vc.data(), vc.size(), cudaMemcpyHostToDevice));
+  // Paged: the same pages moved to random places of one K+V pool (plus spare garbage pages); entries past a
+  // sequence's last page are -1, which the kernel must never read.
+  const KvPageLayout page_layout{kf, vf, D, c.page_size, num_kv_heads};
+  const int pages_per_seq = kl.pages_per_seq();
+  const int num_pages = batch * pages_per_seq + 7;
+  std::vector<int32_t> table(static_cast<size_t>(batch) * pages_per_seq, -1);
+  DeviceBuffer d_pool, d_table(table.size() * 4);
+  if (c.paged) {
+    std::vector<int32_t> perm(num_pages);
+    for (int i = 0; i < num_pages; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<uint8_t> pool(static_cast<size_t>(num_pages) * page_layout.page_bytes());
+    for (auto& x : pool) x = static_cast<uint8_t>(rng());
+    int next = 0;
+    for (int b = 0; b < batch; ++b)
+      for (int j = 0; j < (lens[b] + c.page_size - 1) / c.page_size; ++j) {
+        const int page = perm[next++];
+        table[static_cast<size_t>(b) * pages_per_seq + j] = page;
+        const size_t src_page = static_cast<size_t>(b) * pages_per_seq + j;
+        std::memcpy(pool.data() + page_layout.k_tile_offset(page, 0), kc.data() + src_page * kl.page_bytes(),
+                    kl.page_bytes());
+        std::memcpy(pool.data() + page_layout.v_tile_offset(page, 0), vc.data() + src_page * vl.page_bytes(),
+                    vl.page_bytes());
+      }
+    ASSERT_EQ(d_pool.allocate(pool.size()), cudaSuccess);
+    QDEC_CUDA_CHECK(cudaMemcpy(d_pool.get(), pool.data(), pool.size(), cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_table.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  }
   QDEC_CUDA_CHECK(cudaMemcpy(d_lens.get(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
   QDEC_CUDA_CHECK(cudaMemset(d_o.get(), 0xFF, d_o.bytes()));      // NaN in bf16 and fp16
   QDEC_CUDA_CHECK(cudaMemset(d_lse.get(), 0xFF, d_lse.bytes()));  // NaN
@@ -128,7 +158,10 @@ void run_case(const Case& c, uint64_t seed) {
   p.num_qo_heads = num_qo_heads;
   p.num_kv_heads = num_kv_heads;
   p.q_dtype = qd;
-  set_contiguous_cache(&p, kl, d_k.get(), vl, d_v.get());
+  if (c.paged)
+    set_paged_cache(&p, page_layout, d_pool.get(), num_pages, d_table.as<int32_t>(), table.data(), pages_per_seq);
+  else
+    set_contiguous_cache(&p, kl, d_k.get(), vl, d_v.get());
   p.seq_lens = d_lens.as<int32_t>();
   p.seq_lens_host = lens.data();
   p.q = d_q.get();
@@ -210,6 +243,23 @@ std::vector<Case> extra_cases() {
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Extra, DecodeGpu, ::testing::ValuesIn(extra_cases()), case_name);
+
+// Paged (issue 3): every pair, head_dim, group size and split mode of the contiguous cases, on shuffled
+// pages of 16 and 64 tokens, unequal lengths (1, 17, 1500 and random) and one long sequence.
+std::vector<Case> paged_cases() {
+  std::vector<Case> cases;
+  for (const Pair& pr : kPairs)
+    for (int d : {64, 128}) {
+      if (d == 64 && std::strcmp(pr.v, "int4-g8") == 0) continue;
+      for (int gs : {1, 3, 4, 8})
+        for (int splits : {0, 1, 5})
+          for (int page : {16, 64}) cases.push_back({pr.k, pr.v, d, gs, 0, splits, page, true});
+      cases.push_back({pr.k, pr.v, d, 8, 8192, 0, 16, true});
+    }
+  for (int page : {32, 128, 256}) cases.push_back({"int4-g4", "int4-g4", 128, 4, 0, 0, page, true});
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Paged, DecodeGpu, ::testing::ValuesIn(paged_cases()), case_name);
 
 }  // namespace
 }  // namespace qdec

@@ -47,6 +47,9 @@ struct DecodeAttentionParams {
   const void* k_cache = nullptr;         // device, 16-byte aligned
   const void* v_cache = nullptr;         // device, 16-byte aligned
   const int32_t* block_table = nullptr;  // device [batch, max_pages_per_seq]; nullptr = contiguous
+  // Host copy of block_table (required with it): the entries a sequence uses (its first
+  // ceil(seq_len / page_size)) are validated to lie in 0..num_pages-1 before the launch.
+  const int32_t* block_table_host = nullptr;
 
   // Lengths.
   const int32_t* seq_lens = nullptr;       // device [batch], each in 1..max_pages_per_seq * page_size

@@ -287,28 +287,41 @@ __device__ __forceinline__ void load_stage_one(const DecodeKernelParams& p, cons
       }
     }
   } else {
+    // Pages of 16 or 32 tokens: every block16 is looked up on its own. All of this thread's lookups are
+    // issued before any copy (their token clamped into the sequence, so each load is in bounds and
+    // unconditional), so the block-table latency is paid once per stage, not once per copy.
     constexpr int kBlkChunks = G::kDataBytes / 16;
+    constexpr int kN = kDataChunks / kThreads;
+    const uint8_t* tiles[kN];
 #pragma unroll
-    for (int i = 0; i < kDataChunks / kThreads; ++i) {
+    for (int i = 0; i < kN; ++i)
+      tiles[i] = tile_ptr(min(tok0 + ((tid + i * kThreads) / kBlkChunks) * kBlockTokens, end - 1));
+    constexpr int kBlkGroupChunks = kBlockTokens * F::kMetaEntry / 16;  // 16 entries of one group
+    int mblk = 0;
+    const uint8_t* mtile = nullptr;
+    if constexpr (F::kQuant) {
+      mblk = tid / (F::kGroups * kBlkGroupChunks);
+      mtile = tile_ptr(min(tok0 + min(mblk, kWarps - 1) * kBlockTokens, end - 1));
+    }
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
       const int c = tid + i * kThreads;
       const int blk = c / kBlkChunks;  // compile-time power of two
       const int t = tok0 + blk * kBlockTokens;
       if (t < end) {
-        const uint8_t* src = tile_ptr(t) + (size_t)((t & page_mask) >> 4) * G::kDataBytes + (c % kBlkChunks) * 16;
+        const uint8_t* src = tiles[i] + (size_t)((t & page_mask) >> 4) * G::kDataBytes + (c % kBlkChunks) * 16;
         cp_async16(s_data + c * 16, src);
       }
     }
     if constexpr (F::kQuant) {
-      constexpr int kBlkGroupChunks = kBlockTokens * F::kMetaEntry / 16;  // 16 entries of one group
       if (tid < kWarps * F::kGroups * kBlkGroupChunks) {
-        const int blk = tid / (F::kGroups * kBlkGroupChunks);
         const int r = tid % (F::kGroups * kBlkGroupChunks);
         const int g = r / kBlkGroupChunks, c = r % kBlkGroupChunks;
-        const int t = tok0 + blk * kBlockTokens;
+        const int t = tok0 + mblk * kBlockTokens;
         if (t < end) {
-          const uint8_t* msrc = tile_ptr(t) + ((size_t)G::kDataBytes / kBlockTokens << psl) +
+          const uint8_t* msrc = mtile + ((size_t)G::kDataBytes / kBlockTokens << psl) +
                                 ((size_t)(g << psl) + (t & page_mask)) * F::kMetaEntry + c * 16;
-          cp_async16(s_meta + ((g * kStageTokens + blk * kBlockTokens) * F::kMetaEntry) + c * 16, msrc);
+          cp_async16(s_meta + ((g * kStageTokens + mblk * kBlockTokens) * F::kMetaEntry) + c * 16, msrc);
         }
       }
     }

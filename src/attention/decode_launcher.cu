@@ -178,6 +178,20 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     max_len = std::max(max_len, len);
   }
   plan->max_len = max_len;
+  if (p.block_table) {
+    if (!p.block_table_host)
+      return invalid("block_table_host is null (the host copy of block_table is required for validation)");
+    if (p.num_pages < 1) return invalid("num_pages " + std::to_string(p.num_pages) + " must be >= 1 with a block table");
+    for (int b = 0; b < p.batch; ++b) {
+      const int used = (p.seq_lens_host[b] + p.page_size - 1) / p.page_size;
+      const int32_t* row = p.block_table_host + static_cast<size_t>(b) * p.max_pages_per_seq;
+      for (int j = 0; j < used; ++j) {
+        if (row[j] < 0 || row[j] >= p.num_pages)
+          return invalid("block_table[" + std::to_string(b) + "][" + std::to_string(j) + "] = " +
+                         std::to_string(row[j]) + " is outside the pool 0.." + std::to_string(p.num_pages - 1));
+      }
+    }
+  }
   if (p.num_splits < 0 || p.num_splits > 1024)
     return invalid("num_splits " + std::to_string(p.num_splits) + " must be in 0..1024 (0 = automatic)");
 

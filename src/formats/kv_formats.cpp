@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "formats/tile_position.h"
 #include "qdec/formats.h"
 
 namespace qdec {
@@ -111,44 +112,12 @@ bool tile_args_valid(const KvTileLayout& layout, KvRole role, int token) {
   return role_valid(role) && token >= 0 && token < layout.page_size && validate_tile_layout(layout).ok();
 }
 
-// tile_data_position without argument checks. The fragment order is in docs/formats.md,
-// "Data order inside a block16": K and V are the A operand of mma.m16n8k16, a fragment is the four
-// registers R0..R3 of one m16 x k16 tile, and slot = 2 * r + (0 for lo, 1 for hi) is the value's place in
-// its fragment (R0.lo, R0.hi, R1.lo, .., R3.hi).
+// tile_data_position without argument checks (the order itself is defined once, in tile_position.h).
 DataPosition data_position_unchecked(const KvTileLayout& layout, int bits, KvRole role, int token, int dim) {
-  const int block = token / kBlockTokens;
-  const int t = token % kBlockTokens;
-  const int frag = dim / 16;
-  int lane, r, hi;
-  if (role == KvRole::kKey) {
-    // m = token, k = dim: register r holds token g + 8 (r & 1), dims 16 f + 2 tig + 8 (r >> 1) + {0, 1}.
-    const int k = dim % 16;
-    lane = 4 * (t % 8) + (k % 8) / 2;
-    r = t / 8 + 2 * (k / 8);
-    hi = k % 2;
-  } else {
-    // m = dim, k = token: register r holds dim 16 f + g + 8 (r & 1), tokens 2 tig + 8 (r >> 1) + {0, 1}.
-    const int m = dim % 16;
-    lane = 4 * (m % 8) + (t % 8) / 2;
-    r = m / 8 + 2 * (t / 8);
-    hi = t % 2;
-  }
-  const int slot = 2 * r + hi;
-  size_t lane_byte;
   int nibble = 0;
-  if (bits == 16) {
-    lane_byte = size_t(16 * frag + 2 * slot);
-  } else if (bits == 8) {
-    lane_byte = size_t(8 * frag + slot);
-  } else {
-    // Fragment f is the 32-bit word at lane offset 4f; nibble i = r + 4 hi holds register r's lo (i < 4) or
-    // hi (i >= 4) value, so (word >> 4r) & 0x000F000F is register r.
-    const int i = r + 4 * hi;
-    lane_byte = size_t(4 * frag + i / 2);
-    nibble = i % 2;
-  }
-  const size_t block_bytes = size_t(kBlockTokens) * size_t(kv_data_bytes(layout.format, layout.head_dim));
-  return {size_t(block) * block_bytes + (lane_byte / 16) * 512 + size_t(lane) * 16 + lane_byte % 16, nibble};
+  const uint32_t byte = layout::data_offset(bits, role == KvRole::kKey, kv_data_bytes(layout.format, layout.head_dim),
+                                            token, dim, &nibble);
+  return {size_t(byte), nibble};
 }
 
 size_t meta_offset_unchecked(const KvTileLayout& layout, int token, int group) {

@@ -1,0 +1,540 @@
+// The fused append kernel (RoPE + quantize + scatter into pages) against its CPU ground truth, bit for bit
+// over the whole pool (untouched bytes included), for every format, head_dim, RoPE style, decode and ragged
+// prefill appends, on shuffled block tables and a pool poisoned with random bytes. Also RoPE against a
+// float64 formula, the reference against the formats library, paged attention fed by the kernel, and bad
+// input (validated before any launch, so those cases run without a GPU).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_util.h"
+#include "qdec/attention.h"
+#include "qdec/kv_cache.h"
+#include "test_util.h"
+
+namespace qdec {
+namespace {
+
+using test::DeviceBuffer;
+
+// ---- RoPE -----------------------------------------------------------------------------------------
+
+TEST(Rope, MatchesFloat64Formula) {
+  QDEC_TEST_RNG(rng);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  for (RopeStyle style : {RopeStyle::kHalf, RopeStyle::kInterleaved})
+    for (int rot : {128, 64, 34})
+      for (int pos : {0, 1, 7, 1000, 131071, 1 << 20}) {
+        const int D = 128;
+        std::vector<float> x(D), y(D);
+        for (auto& v : x) v = nd(rng);
+        y = x;
+        rope_row_reference(style, D, rot, 500000.f, pos, y.data());
+        double num = 0, den = 0;
+        for (int d = 0; d < D; ++d) {
+          double expect = x[d];
+          if (d < rot) {
+            const bool half = style == RopeStyle::kHalf;
+            const int i = half ? (d < rot / 2 ? d : d - rot / 2) : d / 2;
+            const bool first = half ? d < rot / 2 : d % 2 == 0;
+            const int partner = half ? (first ? d + rot / 2 : d - rot / 2) : (d ^ 1);
+            const double ang = pos * std::pow(500000.0, -2.0 * i / rot);
+            expect = first ? x[d] * std::cos(ang) - x[partner] * std::sin(ang)
+                           : x[d] * std::cos(ang) + x[partner] * std::sin(ang);
+          }
+          num += (y[d] - expect) * (y[d] - expect);
+          den += expect * expect;
+        }
+        EXPECT_LE(std::sqrt(num / den), 2e-7) << rope_style_name(style) << " rot " << rot << " pos " << pos;
+      }
+}
+
+TEST(Rope, PositionZeroIsIdentityAndNoneIsNoop) {
+  std::vector<float> x(64), y;
+  std::iota(x.begin(), x.end(), -3.f);
+  y = x;
+  rope_row_reference(RopeStyle::kHalf, 64, 0, 10000.f, 0, y.data());
+  EXPECT_EQ(x, y);
+  rope_row_reference(RopeStyle::kNone, 64, 0, 10000.f, 77, y.data());
+  EXPECT_EQ(x, y);
+}
+
+// ---- Problem set-up ---------------------------------------------------------------------------------
+
+struct Problem {
+  KvPageLayout layout;
+  int batch = 0;
+  int max_pages_per_seq = 0;
+  int num_pages = 0;
+  std::vector<int32_t> table;      // [batch][max_pages_per_seq], unused entries -1
+  std::vector<int32_t> start_pos;  // [batch]
+  std::vector<int32_t> cu;         // [batch + 1], empty for decode
+  std::vector<uint16_t> k, v;      // new rows
+  std::vector<uint8_t> pool;       // host image
+  std::vector<int32_t> free_pages;  // shuffled pages no sequence holds yet
+  int num_tokens() const { return cu.empty() ? batch : cu.back(); }
+};
+
+uint16_t to_bits(float x, DType dt) {
+  return dt == DType::kBF16 ? float_to_bf16_bits(x) : float_to_fp16_bits(x);
+}
+
+// Rows with outlier channels, plus (when `specials`) a few rows of zeros, huge values, Inf and NaN.
+void fill_rows(std::mt19937_64& rng, std::vector<uint16_t>& rows, int D, DType dt, bool specials) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int d = static_cast<int>(i % D);
+    rows[i] = to_bits(nd(rng) * (d % 16 == 5 ? 8.f : 1.f) + (d % 7 == 0 ? 0.5f : 0.f), dt);
+  }
+  if (!specials) return;
+  const size_t n_rows = rows.size() / D;
+  for (size_t r = 0; r < n_rows; r += 7) {
+    uint16_t* row = rows.data() + r * D;
+    switch ((r / 7) % 4) {
+      case 0:
+        std::fill(row, row + D, uint16_t{0});
+        break;
+      case 1:
+        row[3] = to_bits(dt == DType::kBF16 ? 3e38f : 65000.f, dt);
+        row[D - 1] = to_bits(dt == DType::kBF16 ? -2e38f : -60000.f, dt);
+        break;
+      case 2:
+        row[1] = to_bits(INFINITY, dt);
+        row[9] = to_bits(-INFINITY, dt);
+        break;
+      case 3:
+        row[2] = to_bits(NAN, dt);
+        break;
+    }
+  }
+}
+
+// Random shuffled block tables with spare pages, random start positions (any slot of a block16), and
+// either one new token per sequence or ragged runs (0..40 tokens, spanning block16 and page boundaries).
+Problem make_problem(std::mt19937_64& rng, const KvPageLayout& layout, int batch, bool prefill, DType dt) {
+  Problem pr;
+  pr.layout = layout;
+  pr.batch = batch;
+  pr.max_pages_per_seq = (400 + layout.page_size - 1) / layout.page_size + 1;
+  pr.num_pages = batch * pr.max_pages_per_seq + 5;
+  std::vector<int32_t> perm(pr.num_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  pr.table.assign(static_cast<size_t>(batch) * pr.max_pages_per_seq, -1);
+  std::uniform_int_distribution<int> sd(0, 255), nd(0, 40);
+  pr.cu.clear();
+  if (prefill) pr.cu.push_back(0);
+  for (int b = 0; b < batch; ++b) {
+    const int start = b == 0 ? 0 : sd(rng);
+    const int n = prefill ? (b == 1 ? 0 : nd(rng)) : 1;
+    pr.start_pos.push_back(start);
+    if (prefill) pr.cu.push_back(pr.cu.back() + n);
+    const int pages = (start + std::max(n, 1) + layout.page_size - 1) / layout.page_size;
+    for (int j = 0; j < pages; ++j) {
+      pr.table[static_cast<size_t>(b) * pr.max_pages_per_seq + j] = perm.back();
+      perm.pop_back();
+    }
+  }
+  pr.free_pages = perm;
+  const size_t row_elems = static_cast<size_t>(layout.num_kv_heads) * layout.head_dim;
+  pr.k.resize(static_cast<size_t>(pr.num_tokens()) * row_elems);
+  pr.v.resize(pr.k.size());
+  fill_rows(rng, pr.k, layout.head_dim, dt, true);
+  fill_rows(rng, pr.v, layout.head_dim, dt, true);
+  pr.pool.resize(static_cast<size_t>(pr.num_pages) * layout.page_bytes());
+  for (auto& x : pr.pool) x = static_cast<uint8_t>(rng());
+  return pr;
+}
+
+KvAppendParams host_params(Problem& pr, DType dt, RopeStyle rope, int rotary_dim) {
+  KvAppendParams p;
+  p.k = pr.k.data();
+  p.v = pr.v.data();
+  p.dtype = dt;
+  p.batch = pr.batch;
+  p.cu_seqlens = pr.cu.empty() ? nullptr : pr.cu.data();
+  p.cu_seqlens_host = p.cu_seqlens;
+  p.start_pos = pr.start_pos.data();
+  p.start_pos_host = pr.start_pos.data();
+  p.layout = pr.layout;
+  p.pool = pr.pool.data();
+  p.num_pages = pr.num_pages;
+  p.block_table = pr.table.data();
+  p.block_table_host = pr.table.data();
+  p.max_pages_per_seq = pr.max_pages_per_seq;
+  p.rope = rope;
+  p.rope_theta = 10000.f;
+  p.rotary_dim = rotary_dim;
+  return p;
+}
+
+// ---- CPU reference against the formats library -------------------------------------------------------
+
+TEST(KvAppendReference, RowsReadBackAsQuantizedRopedInput) {
+  QDEC_TEST_RNG(rng);
+  KvPageLayout layout{KvFormat::int4(4), KvFormat::int8(32), 128, 16, 2};
+  Problem pr = make_problem(rng, layout, 4, true, DType::kBF16);
+  KvAppendParams p = host_params(pr, DType::kBF16, RopeStyle::kHalf, 0);
+  QDEC_ASSERT_OK(kv_append_reference(p));
+  const int D = 128;
+  std::vector<float> x(D);
+  for (int b = 0; b < pr.batch; ++b)
+    for (int i = pr.cu[b]; i < pr.cu[b + 1]; ++i) {
+      const int pos = pr.start_pos[b] + i - pr.cu[b];
+      const int page = pr.table[static_cast<size_t>(b) * pr.max_pages_per_seq + pos / 16];
+      for (int h = 0; h < 2; ++h) {
+        for (int d = 0; d < D; ++d) x[d] = bf16_bits_to_float(pr.k[(static_cast<size_t>(i) * 2 + h) * D + d]);
+        rope_row_reference(RopeStyle::kHalf, D, 0, 10000.f, pos, x.data());
+        QuantizedRow want, got;
+        quantize_row(layout.k_format, D, x.data(), &want);
+        tile_read_row(layout.k_tile(), KvRole::kKey, pr.pool.data() + layout.k_tile_offset(page, h), pos % 16, &got);
+        ASSERT_EQ(0, std::memcmp(want.code, got.code, sizeof(want.code))) << "b " << b << " pos " << pos;
+        ASSERT_EQ(0, std::memcmp(want.scale, got.scale, sizeof(want.scale)));
+        ASSERT_EQ(0, std::memcmp(want.shift, got.shift, sizeof(want.shift)));
+      }
+    }
+}
+
+// ---- GPU bit-exactness ------------------------------------------------------------------------------
+
+struct AppendCase {
+  const char* k_format;
+  const char* v_format;
+  int head_dim;
+  int page_size;
+  RopeStyle rope;
+  bool prefill;
+  DType dtype;
+};
+
+std::string append_case_name(const ::testing::TestParamInfo<AppendCase>& info) {
+  const AppendCase& c = info.param;
+  std::string s = std::string(c.k_format) + "_" + c.v_format + "_d" + std::to_string(c.head_dim) + "_p" +
+                  std::to_string(c.page_size) + "_rope_" + rope_style_name(c.rope) +
+                  (c.prefill ? "_prefill" : "_decode") + "_" + dtype_name(c.dtype);
+  for (char& ch : s)
+    if (ch == '-') ch = '_';
+  return s;
+}
+
+class KvAppendGpu : public ::testing::TestWithParam<AppendCase> {};
+
+TEST_P(KvAppendGpu, BitExactWithReference) {
+  QDEC_SKIP_WITHOUT_GPU();
+  QDEC_TEST_RNG(rng);
+  const AppendCase& c = GetParam();
+  KvPageLayout layout;
+  ASSERT_TRUE(parse_kv_format(c.k_format, &layout.k_format).ok());
+  ASSERT_TRUE(parse_kv_format(c.v_format, &layout.v_format).ok());
+  layout.head_dim = c.head_dim;
+  layout.page_size = c.page_size;
+  layout.num_kv_heads = 3;
+  // Two appends in a row (the second continues where the first ended), so RMW of int4 K bytes whose other
+  // nibble was written by an earlier launch is covered.
+  Problem pr = make_problem(rng, layout, 6, c.prefill, c.dtype);
+  std::vector<uint8_t> gpu_pool;
+  DeviceBuffer d_pool(pr.pool.size());
+  QDEC_CUDA_CHECK(cudaMemcpy(d_pool.get(), pr.pool.data(), pr.pool.size(), cudaMemcpyHostToDevice));
+  const int rot = c.rope == RopeStyle::kNone ? 0 : (c.head_dim == 64 ? 32 : 0);
+  for (int step = 0; step < 2; ++step) {
+    if (step == 1) {
+      // Continue every sequence after its first run with a fresh run of rows.
+      for (int b = 0; b < pr.batch; ++b) pr.start_pos[b] += pr.cu.empty() ? 1 : pr.cu[b + 1] - pr.cu[b];
+      for (int b = 0; b < pr.batch; ++b) {
+        const int n = pr.cu.empty() ? 1 : pr.cu[b + 1] - pr.cu[b];
+        const int last = (pr.start_pos[b] + std::max(n, 1) - 1) / c.page_size;
+        int32_t* row = pr.table.data() + static_cast<size_t>(b) * pr.max_pages_per_seq;
+        for (int j = 0; j <= last; ++j)
+          if (row[j] < 0) {
+            row[j] = pr.free_pages.back();
+            pr.free_pages.pop_back();
+          }
+      }
+      fill_rows(rng, pr.k, c.head_dim, c.dtype, true);
+      fill_rows(rng, pr.v, c.head_dim, c.dtype, true);
+    }
+    KvAppendParams hp = host_params(pr, c.dtype, c.rope, rot);
+    DeviceBuffer d_k(pr.k.size() * 2), d_v(pr.v.size() * 2), d_table(pr.table.size() * 4), d_start(pr.batch * 4),
+        d_cu(std::max<size_t>(pr.cu.size(), 1) * 4);
+    QDEC_CUDA_CHECK(cudaMemcpy(d_k.get(), pr.k.data(), pr.k.size() * 2, cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_v.get(), pr.v.data(), pr.v.size() * 2, cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_table.get(), pr.table.data(), pr.table.size() * 4, cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_start.get(), pr.start_pos.data(), pr.batch * 4, cudaMemcpyHostToDevice));
+    if (!pr.cu.empty())
+      QDEC_CUDA_CHECK(cudaMemcpy(d_cu.get(), pr.cu.data(), pr.cu.size() * 4, cudaMemcpyHostToDevice));
+    KvAppendParams dp = hp;
+    dp.k = d_k.get();
+    dp.v = d_v.get();
+    dp.pool = d_pool.get();
+    dp.block_table = d_table.as<int32_t>();
+    dp.start_pos = d_start.as<int32_t>();
+    dp.cu_seqlens = pr.cu.empty() ? nullptr : d_cu.as<int32_t>();
+    QDEC_ASSERT_OK(kv_append(dp, nullptr));
+    QDEC_ASSERT_OK(kv_append_reference(hp));
+    QDEC_CUDA_CHECK(cudaDeviceSynchronize());
+    gpu_pool.resize(pr.pool.size());
+    QDEC_CUDA_CHECK(cudaMemcpy(gpu_pool.data(), d_pool.get(), gpu_pool.size(), cudaMemcpyDeviceToHost));
+    size_t mismatches = 0, first = 0;
+    for (size_t i = 0; i < gpu_pool.size(); ++i)
+      if (gpu_pool[i] != pr.pool[i] && mismatches++ == 0) first = i;
+    ASSERT_EQ(mismatches, 0u) << "step " << step << ": first mismatch at pool byte " << first << " (page "
+                              << first / layout.page_bytes() << ", byte " << first % layout.page_bytes()
+                              << "): gpu " << int(gpu_pool[first]) << " cpu " << int(pr.pool[first]);
+  }
+}
+
+std::vector<AppendCase> append_cases() {
+  const std::pair<const char*, const char*> pairs[] = {
+      {"bf16", "bf16"},         {"fp16", "fp16"},       {"fp8e4m3", "fp8e4m3"}, {"fp8e5m2", "fp8e5m2"},
+      {"int8", "int8"},         {"int8-g64", "int8-g64"}, {"int8-g32", "int8-g32"}, {"int4", "int4"},
+      {"int4-g2", "int4-g2"},   {"int4-g4", "int4-g4"}, {"int4-g8", "int4-g8"}, {"int8", "int4"},
+      {"int8-g32", "int4-g4"}};
+  std::vector<AppendCase> cases;
+  for (const auto& [k, v] : pairs)
+    for (int d : {64, 128, 256})
+      for (RopeStyle rope : {RopeStyle::kNone, RopeStyle::kHalf, RopeStyle::kInterleaved})
+        for (bool prefill : {false, true}) {
+          const bool fp16 = std::strcmp(k, "fp16") == 0;
+          cases.push_back({k, v, d, d == 64 ? 16 : 64, rope, prefill, fp16 ? DType::kFP16 : DType::kBF16});
+        }
+  for (int page : {32, 128, 256}) cases.push_back({"int4-g4", "int4", 128, page, RopeStyle::kHalf, true, DType::kFP16});
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Formats, KvAppendGpu, ::testing::ValuesIn(append_cases()), append_case_name);
+
+// ---- Appended pages feed paged attention --------------------------------------------------------------
+
+TEST(KvAppendGpu, PagedAttentionOnAppendedCache) {
+  QDEC_SKIP_WITHOUT_GPU();
+  QDEC_TEST_RNG(rng);
+  for (const char* fmt : {"int4-g4", "fp8e4m3", "bf16"}) {
+    SCOPED_TRACE(fmt);
+    KvPageLayout layout;
+    ASSERT_TRUE(parse_kv_format(fmt, &layout.k_format).ok());
+    layout.v_format = layout.k_format;
+    layout.head_dim = 128;
+    layout.page_size = 16;
+    layout.num_kv_heads = 2;
+    const int batch = 3, group = 4, HQ = group * 2, D = 128;
+    Problem pr = make_problem(rng, layout, batch, true, DType::kBF16);
+    for (int b = 0; b < batch; ++b) pr.start_pos[b] = 0;  // prefill from an empty cache
+    // Attention needs every sequence non-empty: runs of 0 tokens (make_problem makes some) become 1.
+    std::vector<int32_t> lens(batch);
+    for (int b = 0; b < batch; ++b) lens[b] = std::max(1, pr.cu[b + 1] - pr.cu[b]);
+    for (int b = 0; b < batch; ++b) pr.cu[b + 1] = pr.cu[b] + lens[b];
+    pr.k.resize(static_cast<size_t>(pr.cu.back()) * 2 * D);
+    pr.v.resize(pr.k.size());
+    fill_rows(rng, pr.k, D, DType::kBF16, false);
+    fill_rows(rng, pr.v, D, DType::kBF16, false);
+    KvAppendParams hp = host_params(pr, DType::kBF16, RopeStyle::kHalf, 0);
+    DeviceBuffer d_pool(pr.pool.size()), d_k(pr.k.size() * 2), d_v(pr.v.size() * 2), d_table(pr.table.size() * 4),
+        d_start(batch * 4), d_cu(pr.cu.size() * 4), d_lens(batch * 4);
+    QDEC_CUDA_CHECK(cudaMemcpy(d_pool.get(), pr.pool.data(), pr.pool.size(), cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_k.get(), pr.k.data(), pr.k.size() * 2, cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_v.get(), pr.v.data(), pr.v.size() * 2, cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_table.get(), pr.table.data(), pr.table.size() * 4, cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_start.get(), pr.start_pos.data(), batch * 4, cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_cu.get(), pr.cu.data(), pr.cu.size() * 4, cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_lens.get(), lens.data(), batch * 4, cudaMemcpyHostToDevice));
+    KvAppendParams dp = hp;
+    dp.k = d_k.get();
+    dp.v = d_v.get();
+    dp.pool = d_pool.get();
+    dp.block_table = d_table.as<int32_t>();
+    dp.start_pos = d_start.as<int32_t>();
+    dp.cu_seqlens = d_cu.as<int32_t>();
+    QDEC_ASSERT_OK(kv_append(dp, nullptr));
+    QDEC_ASSERT_OK(kv_append_reference(hp));
+
+    // Reference inputs: the CPU pool's rows, dequantized, in [b][t][h][d].
+    const int t_max = *std::max_element(lens.begin(), lens.end());
+    std::vector<double> k64(static_cast<size_t>(batch) * t_max * 2 * D, 0.0), v64(k64.size(), 0.0);
+    for (int b = 0; b < batch; ++b)
+      for (int t = 0; t < lens[b]; ++t) {
+        const int page = pr.table[static_cast<size_t>(b) * pr.max_pages_per_seq + t / 16];
+        for (int h = 0; h < 2; ++h) {
+          QuantizedRow row;
+          const size_t at = ((static_cast<size_t>(b) * t_max + t) * 2 + h) * D;
+          tile_read_row(layout.k_tile(), KvRole::kKey, pr.pool.data() + layout.k_tile_offset(page, h), t % 16, &row);
+          dequantize_row_f64(layout.k_format, D, row, k64.data() + at);
+          tile_read_row(layout.v_tile(), KvRole::kValue, pr.pool.data() + layout.v_tile_offset(page, h), t % 16,
+                        &row);
+          dequantize_row_f64(layout.v_format, D, row, v64.data() + at);
+        }
+      }
+    std::vector<uint16_t> q_bits(static_cast<size_t>(batch) * HQ * D);
+    std::vector<double> q64(q_bits.size());
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (size_t i = 0; i < q_bits.size(); ++i) {
+      q_bits[i] = float_to_bf16_bits(nd(rng));
+      q64[i] = bf16_bits_to_float(q_bits[i]);
+    }
+    std::vector<double> o_ref(q64.size());
+    decode_attention_reference(batch, HQ, 2, D, t_max, 1.0 / std::sqrt(double(D)), q64.data(), k64.data(), v64.data(),
+                               lens.data(), o_ref.data(), nullptr);
+    DeviceBuffer d_q(q_bits.size() * 2), d_o(q_bits.size() * 2);
+    QDEC_CUDA_CHECK(cudaMemcpy(d_q.get(), q_bits.data(), q_bits.size() * 2, cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemset(d_o.get(), 0xFF, d_o.bytes()));
+    DecodeAttentionParams ap;
+    ap.batch = batch;
+    ap.num_qo_heads = HQ;
+    ap.num_kv_heads = 2;
+    ap.q_dtype = DType::kBF16;
+    set_paged_cache(&ap, layout, d_pool.get(), pr.num_pages, d_table.as<int32_t>(), pr.table.data(),
+                    pr.max_pages_per_seq);
+    ap.seq_lens = d_lens.as<int32_t>();
+    ap.seq_lens_host = lens.data();
+    ap.q = d_q.get();
+    ap.o = d_o.get();
+    ap.num_splits = 1;
+    QDEC_ASSERT_OK(decode_attention(ap, nullptr));
+    QDEC_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> o_bits(q_bits.size());
+    QDEC_CUDA_CHECK(cudaMemcpy(o_bits.data(), d_o.get(), o_bits.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<double> o64(o_bits.size());
+    for (size_t i = 0; i < o64.size(); ++i) o64[i] = bf16_bits_to_float(o_bits[i]);
+    EXPECT_LE(rel_l2(o64.data(), o_ref.data(), o64.size()), 5e-3);
+  }
+}
+
+// ---- Bad input ----------------------------------------------------------------------------------------
+
+struct ErrFixture {
+  alignas(16) uint8_t fake[64] = {};
+  std::vector<int32_t> table{0, 1, 2, 3, 4, 5};  // 2 sequences x 3 pages
+  std::vector<int32_t> start{0, 20};
+  std::vector<int32_t> cu{0, 3, 5};
+  KvAppendParams p;
+  ErrFixture() {
+    p.k = fake;
+    p.v = fake;
+    p.batch = 2;
+    p.start_pos = start.data();
+    p.start_pos_host = start.data();
+    p.layout = {KvFormat::int4(4), KvFormat::int4(4), 128, 16, 2};
+    p.pool = fake;
+    p.num_pages = 6;
+    p.block_table = table.data();
+    p.block_table_host = table.data();
+    p.max_pages_per_seq = 3;
+  }
+};
+
+void expect_append_error(const std::function<void(ErrFixture&)>& mutate, StatusCode code, const std::string& needle) {
+  ErrFixture f;
+  mutate(f);
+  const Status s = kv_append(f.p, nullptr);
+  EXPECT_FALSE(s.ok()) << "expected an error containing '" << needle << "'";
+  EXPECT_EQ(s.code(), code) << s.to_string();
+  EXPECT_NE(s.message().find(needle), std::string::npos) << "message: " << s.message();
+}
+
+TEST(KvAppendErrors, TableEntryOutOfRange) {
+  expect_append_error([](ErrFixture& f) { f.table[4] = 6; }, StatusCode::kInvalidArgument,
+                      "block_table[1][1] = 6 is outside the pool 0..5");
+  expect_append_error([](ErrFixture& f) { f.table[0] = -1; }, StatusCode::kInvalidArgument, "block_table[0][0] = -1");
+}
+TEST(KvAppendErrors, BeyondPages) {
+  expect_append_error([](ErrFixture& f) { f.start[1] = 48; }, StatusCode::kInvalidArgument,
+                      "appending 1 tokens at position 48 exceeds max_pages_per_seq * page_size = 48");
+  expect_append_error(
+      [](ErrFixture& f) {
+        f.p.cu_seqlens = f.cu.data();
+        f.p.cu_seqlens_host = f.cu.data();
+        f.start[0] = 46;
+      },
+      StatusCode::kInvalidArgument, "appending 3 tokens at position 46");
+  expect_append_error([](ErrFixture& f) { f.start[0] = -2; }, StatusCode::kInvalidArgument,
+                      "start_pos[0] = -2 is negative");
+}
+TEST(KvAppendErrors, UnsupportedPageSize) {
+  for (int ps : {1, 8, 24, 512})
+    expect_append_error([ps](ErrFixture& f) { f.p.layout.page_size = ps; }, StatusCode::kUnsupported,
+                        "page_size " + std::to_string(ps) + " is not supported");
+}
+TEST(KvAppendErrors, BadFormatsAndRope) {
+  expect_append_error([](ErrFixture& f) { f.p.layout.v_format = KvFormat::int8(48); }, StatusCode::kInvalidArgument,
+                      "int8 group size 48");
+  expect_append_error([](ErrFixture& f) { f.p.layout.head_dim = 96; }, StatusCode::kInvalidArgument, "head_dim 96");
+  expect_append_error(
+      [](ErrFixture& f) {
+        f.p.rope = RopeStyle::kHalf;
+        f.p.rotary_dim = 7;
+      },
+      StatusCode::kInvalidArgument, "rotary_dim 7");
+  expect_append_error(
+      [](ErrFixture& f) {
+        f.p.rope = RopeStyle::kHalf;
+        f.p.rope_theta = 0.5f;
+      },
+      StatusCode::kInvalidArgument, "rope_theta");
+}
+TEST(KvAppendErrors, PointersAndRuns) {
+  expect_append_error([](ErrFixture& f) { f.p.k = nullptr; }, StatusCode::kInvalidArgument, "k is null");
+  expect_append_error([](ErrFixture& f) { f.p.pool = f.fake + 4; }, StatusCode::kInvalidArgument,
+                      "pool is not 16-byte aligned");
+  expect_append_error([](ErrFixture& f) { f.p.block_table_host = nullptr; }, StatusCode::kInvalidArgument,
+                      "block_table_host is null");
+  expect_append_error(
+      [](ErrFixture& f) {
+        f.cu = {0, 3, 2};
+        f.p.cu_seqlens = f.cu.data();
+        f.p.cu_seqlens_host = f.cu.data();
+      },
+      StatusCode::kInvalidArgument, "cu_seqlens is decreasing at sequence 1");
+}
+
+// Paged attention: a table entry out of range, a sequence longer than its pages, a pool laid out for other
+// formats, and an unsupported page size, each rejected before any launch.
+TEST(PagedAttentionErrors, RejectedBeforeLaunch) {
+  alignas(16) uint8_t fake[64] = {};
+  std::vector<int32_t> table{3, 1, 0, 2}, lens{20, 17};
+  const KvPageLayout layout{KvFormat::int4(4), KvFormat::int4(4), 128, 16, 1};
+  auto make = [&] {
+    DecodeAttentionParams p;
+    p.batch = 2;
+    p.num_qo_heads = 4;
+    p.num_kv_heads = 1;
+    set_paged_cache(&p, layout, fake, 4, reinterpret_cast<const int32_t*>(fake), table.data(), 2);
+    p.seq_lens = reinterpret_cast<const int32_t*>(fake);
+    p.seq_lens_host = lens.data();
+    p.q = fake;
+    p.o = fake;
+    p.num_splits = 1;
+    return p;
+  };
+  auto expect = [](const DecodeAttentionParams& p, const std::string& needle) {
+    const Status s = decode_attention(p, nullptr);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.to_string();
+  };
+  DecodeAttentionParams p = make();
+  table[3] = 4;
+  expect(p, "block_table[1][1] = 4 is outside the pool 0..3");
+  table[3] = 2;
+  lens[0] = 33;
+  expect(p, "seq_lens[0] = 33 is outside 1..32");
+  lens[0] = 20;
+  p.block_table_host = nullptr;
+  expect(p, "block_table_host is null");
+  p = make();
+  p.k_format = p.v_format = KvFormat::bf16();  // the pool holds int4 pages: too small for bf16 tiles
+  expect(p, "k_page_stride_bytes");
+  p = make();
+  p.v_format = KvFormat::int8(0);
+  expect(p, "K/V format pair (int4-g4, int8)");
+  p = make();
+  p.page_size = 8;
+  expect(p, "page_size 8");
+}
+
+}  // namespace
+}  // namespace qdec
