@@ -3,7 +3,7 @@
 //
 //   k, v   [num_tokens, num_kv_heads, head_dim] bf16/fp16     pool [num_pages][K tiles][V tiles]
 //
-// One warp per (new token, KV head); lane l holds dims [l * VPL, (l + 1) * VPL), VPL = head_dim / 32, so a
+// One warp per (new token, KV head, K or V); lane l holds dims [l * VPL, (l + 1) * VPL), VPL = head_dim / 32, so a
 // scale group is a run of whole lanes and its reductions are xor shuffles inside the run. The rounding
 // follows the CPU quantizer step by step (same IEEE division, same fp16/fp8 conversions), so the bytes are
 // identical; RoPE comes from kvcache/rope.h, shared with the CPU. Values land in tensor-core fragment order
@@ -11,7 +11,7 @@
 // one token (combined through a shuffle); an int4 K byte holds tokens t and t + 8 of one dim, so K nibbles
 // are cleared and set with word atomics (no read, no race with the warp of t ^ 8 in a prefill).
 // An append is well under 1 MB: the kernel is latency-bound, so every load that does not depend on the
-// block table is issued before the start_pos -> block table chain, and K and V share one warp.
+// block table is issued before the start_pos -> block table chain, and K and V rows get a warp each.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -278,16 +278,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kv_append_kernel(const __
   constexpr int VPL = D / 32;
   __shared__ float stage_all[kWarpsPerBlock][D];
   const int lane = threadIdx.x % 32;
+  // Warp (token i, head h, role): K and V of a row are independent, so they get a warp each (the chain
+  // of dependent latencies per warp is what bounds this kernel).
   const long long warp = static_cast<long long>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int h = static_cast<int>(warp % p.num_kv_heads);
-  const long long i = warp / p.num_kv_heads;  // new token (input row group)
+  const int role = static_cast<int>(warp & 1);  // 0 K, 1 V
+  const int h = static_cast<int>((warp >> 1) % p.num_kv_heads);
+  const long long i = (warp >> 1) / p.num_kv_heads;  // new token (input row group)
   if (i >= p.num_tokens) return;
 
-  // The rows do not depend on where they go: load them first, so their latency overlaps the chain
+  // The row does not depend on where it goes: load it first, so its latency overlaps the chain
   // start_pos -> block table below.
-  const long long row = i * p.num_kv_heads + h;
-  const RawRow<VPL> k_raw = load_raw<VPL>(p.k, row, lane);
-  const RawRow<VPL> v_raw = load_raw<VPL>(p.v, row, lane);
+  const RawRow<VPL> raw = load_raw<VPL>(role == 0 ? p.k : p.v, i * p.num_kv_heads + h, lane);
 
   // Which sequence, and where in it.
   int b = static_cast<int>(i), run_start = static_cast<int>(i);
@@ -308,15 +309,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kv_append_kernel(const __
                              ? __ldg(p.block_table + static_cast<long long>(b) * p.max_pages_per_seq + page_index)
                              : static_cast<long long>(b) * p.max_pages_per_seq + page_index;
   const int token = pos & (page_size - 1);
-  uint8_t* page_base = p.pool + page * p.page_bytes;
+  const Side& side = p.side[role];
+  uint8_t* tile = p.pool + page * p.page_bytes + side.base + static_cast<long long>(h) * side.tile_bytes;
 
   float x[VPL];
-  to_floats<VPL>(p, k_raw, true, pos, stage_all[threadIdx.x / 32], lane, x);
-  write_row<VPL>(p, p.side[0], true, page_base + static_cast<long long>(h) * p.side[0].tile_bytes, token, page_size,
-                 lane, x);
-  to_floats<VPL>(p, v_raw, false, pos, nullptr, lane, x);
-  write_row<VPL>(p, p.side[1], false, page_base + p.side[1].base + static_cast<long long>(h) * p.side[1].tile_bytes,
-                 token, page_size, lane, x);
+  to_floats<VPL>(p, raw, role == 0, pos, stage_all[threadIdx.x / 32], lane, x);
+  write_row<VPL>(p, side, role == 0, tile, token, page_size, lane, x);
 }
 
 Side make_side(const KvTileLayout& t, long long base) {
@@ -364,7 +362,7 @@ Status kv_append(const KvAppendParams& p, cudaStream_t stream) {
   kp.fp8_static_scale = p.quant.fp8_static_scale;
   if (p.rope != RopeStyle::kNone)
     for (int i = 0; i < rot / 2; ++i) kp.inv_freq[i] = rope::inv_freq(p.rope_theta, i, rot);
-  const long long warps = static_cast<long long>(num_tokens) * l.num_kv_heads;
+  const long long warps = 2LL * num_tokens * l.num_kv_heads;
   const dim3 grid(static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock));
   switch (l.head_dim) {
     case 64:
