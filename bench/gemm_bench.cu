@@ -298,6 +298,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
     cudaDeviceProp prop{};
     BENCH_CUDA(cudaGetDeviceProperties(&prop, o.device));
     if (o.iters < 1 || o.iters > 1000) throw BenchError("--iters must be in 1..1000");
+    if (o.splits < 0 || o.splits > 4096) throw BenchError("--splits must be in 0..4096");
     if (o.dtype != "bf16" && o.dtype != "fp16") throw BenchError("--dtype must be bf16 or fp16");
     const GemmDType dt = o.dtype == "bf16" ? GemmDType::kBF16 : GemmDType::kFP16;
     GemmPath path = GemmPath::kAuto;
@@ -441,6 +442,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               p.path = variant == 1                                   ? GemmPath::kDequantCublas
                        : (path == GemmPath::kFused && m > kFusedMaxM) ? GemmPath::kAuto
                                                                       : path;
+              p.num_splits = p.path == GemmPath::kDequantCublas ? 0 : o.splits;
               size_t wsb = 0;
               check_status(gemm_workspace_bytes(p, &wsb), "workspace");
               GemmPath used;

@@ -22,6 +22,10 @@
 
 #ifdef QDEC_HAVE_BENCH
 #include "attention_bench.h"
+namespace qdec::cli {
+// `qdec bench gemm` (tools/qdec/cmd_bench_gemm.cpp).
+void register_bench_gemm_command(CLI::App& bench, Registry& reg);
+}  // namespace qdec::cli
 #endif
 
 namespace {
@@ -250,6 +254,9 @@ int main(int argc, char** argv) {
   qdec::bench::add_attention_bench_options(batt, &bopt);
 #endif
   qdec::cli::Registry registry;
+#ifdef QDEC_HAVE_BENCH
+  qdec::cli::register_bench_gemm_command(*bench, registry);  // cmd_bench_gemm.cpp
+#endif
   qdec::cli::register_plan_command(app, registry);
   CLI11_PARSE(app, argc, argv);
   for (auto& [sub, run] : registry.commands)
