@@ -264,6 +264,35 @@ TEST(WeightFormats, GgufImportRandomBlocks) {
   }
 }
 
+// Every Q4_0 / Q4_1 / Q8_0 weight matrix of the SmolLM2 GGUF (scripts/fetch_model.sh; skipped without it):
+// the imported weights dequantize bit for bit to what the GGUF reader gives.
+TEST(WeightFormats, GgufImportRealModelBitExact) {
+  const std::string path = qdec_find_model();
+  if (path.empty()) GTEST_SKIP() << "no GGUF model (scripts/fetch_model.sh or QDEC_MODEL)";
+  GgufFile file;
+  const Status open = GgufFile::open(path, &file);
+  ASSERT_TRUE(open.ok()) << open.to_string();
+  int imported = 0;
+  for (const GgufTensorInfo& info : file.tensors()) {
+    if (info.dims.size() != 2) continue;
+    if (info.type != GgmlType::kQ4_0 && info.type != GgmlType::kQ4_1 && info.type != GgmlType::kQ8_0) continue;
+    PackedWeights pw;
+    const Status s = import_gguf_tensor(file, info, &pw);
+    ASSERT_TRUE(s.ok()) << info.name << ": " << s.to_string();
+    std::vector<float> ref(info.num_elements);
+    ASSERT_TRUE(file.dequantize(info, ref.data()).ok()) << info.name;
+    std::vector<double> d(ref.size());
+    dequantize_weights_f64(pw, d.data());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const float ours = static_cast<float>(d[i]);
+      ASSERT_EQ(std::memcmp(&ours, &ref[i], 4), 0) << info.name << " element " << i << ": " << ours << " vs " << ref[i];
+    }
+    ++imported;
+  }
+  EXPECT_GT(imported, 0) << "no Q4_0/Q4_1/Q8_0 matrix in " << path;
+  RecordProperty("imported_tensors", imported);
+}
+
 TEST(WeightFormats, GgufImportErrors) {
   std::vector<uint8_t> data(18 * 2, 0);
   PackedWeights pw;

@@ -97,5 +97,7 @@ Status pack_weights(const WeightLayout& layout, const int8_t* codes, const uint1
 // Exact import of a GGUF tensor of type Q4_0 (-> int4zp-g32, z = 8), Q4_1 (-> int4-g32, o = m) or Q8_0
 // (-> int8-g32). `data` holds n rows of k values (ggml row = one output channel), `bytes` exactly their size.
 Status import_gguf_weights(GgmlType type, const uint8_t* data, size_t bytes, int n, int k, PackedWeights* out);
+// The same for a 2-D tensor of an open GGUF file: K = dims[0] (contiguous), N = dims[1].
+Status import_gguf_tensor(const GgufFile& file, const GgufTensorInfo& info, PackedWeights* out);
 
 }  // namespace qdec

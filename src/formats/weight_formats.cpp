@@ -308,4 +308,15 @@ Status import_gguf_weights(GgmlType type, const uint8_t* data, size_t bytes, int
   return pack_weights(WeightLayout{f, n, k}, codes.data(), scales.data(), second.data(), out);
 }
 
+Status import_gguf_tensor(const GgufFile& file, const GgufTensorInfo& info, PackedWeights* out) {
+  if (info.dims.size() != 2)
+    return invalid("GGUF tensor '" + info.name + "' has " + std::to_string(info.dims.size()) +
+                   " dimensions; a weight matrix has 2");
+  if (info.dims[0] > (1u << 24) || info.dims[1] > (1u << 24))
+    return invalid("GGUF tensor '" + info.name + "' is too large (" + std::to_string(info.dims[1]) + " x " +
+                   std::to_string(info.dims[0]) + ")");
+  return import_gguf_weights(info.type, file.tensor_data(info), static_cast<size_t>(info.num_bytes),
+                             static_cast<int>(info.dims[1]), static_cast<int>(info.dims[0]), out);
+}
+
 }  // namespace qdec
