@@ -19,6 +19,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -147,6 +148,14 @@ __global__ void hold_kernel(volatile int* flag, uint64_t timeout_ns) {
   }
 }
 
+// One thread spins for `cycles` SM clock cycles: timed with events right after a batch, it reads the SM clock
+// the batch ran at (the card's clocks are never changed; short batches can run before the clock ramps up).
+__global__ void clock_probe_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -161,15 +170,30 @@ class Timer {
     BENCH_CUDA(cudaHostGetDevicePointer(&dflag_, flag_, 0));
     ev_.resize(2 * size_t(max_iters));
     for (auto& e : ev_) BENCH_CUDA(cudaEventCreate(&e));
+    for (auto& e : probe_) BENCH_CUDA(cudaEventCreate(&e));
   }
   ~Timer() {
     for (auto& e : ev_) cudaEventDestroy(e);
+    for (auto& e : probe_) cudaEventDestroy(e);
     cudaFreeHost(flag_);
   }
+  // warm_ms > 0: before the timed batch, keep the GPU busy with the case itself for that long (host clock).
+  void set_warm_ms(double ms) { warm_ms_ = ms; }
+  // SM clock (MHz) read by the clock probe right after the last timed batch.
+  double last_sm_mhz() const { return last_mhz_; }
+
   template <class F>
   double time(int warmup, int iters, F&& launch) {
     for (int i = 0; i < warmup; ++i) launch(i);
     BENCH_CUDA(cudaStreamSynchronize(s_));
+    if (warm_ms_ > 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      int i = 0;
+      while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < warm_ms_) {
+        for (int j = 0; j < 8; ++j) launch(i++);
+        BENCH_CUDA(cudaStreamSynchronize(s_));
+      }
+    }
     flag_[0] = 0;
     hold_kernel<<<1, 1, 0, s_>>>(dflag_, 2000000000ull);
     BENCH_CUDA(cudaGetLastError());
@@ -178,8 +202,15 @@ class Timer {
       launch(warmup + i);
       BENCH_CUDA(cudaEventRecord(ev_[2 * i + 1], s_));
     }
+    constexpr long long kProbeCycles = 200000;
+    BENCH_CUDA(cudaEventRecord(probe_[0], s_));
+    clock_probe_kernel<<<1, 1, 0, s_>>>(kProbeCycles);
+    BENCH_CUDA(cudaEventRecord(probe_[1], s_));
     flag_[0] = 1;
     BENCH_CUDA(cudaStreamSynchronize(s_));
+    float probe_ms = 0.f;
+    BENCH_CUDA(cudaEventElapsedTime(&probe_ms, probe_[0], probe_[1]));
+    last_mhz_ = probe_ms > 0.f ? kProbeCycles / (1e3 * probe_ms) : 0.0;
     std::vector<double> us(iters);
     for (int i = 0; i < iters; ++i) {
       float ms = 0.f;
@@ -194,6 +225,9 @@ class Timer {
   int* flag_ = nullptr;
   int* dflag_ = nullptr;
   std::vector<cudaEvent_t> ev_;
+  cudaEvent_t probe_[2] = {nullptr, nullptr};
+  double warm_ms_ = 0.0;
+  double last_mhz_ = 0.0;
 };
 
 std::vector<std::string> split_list(const std::string& s, char sep) {
@@ -323,6 +357,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
     cudaStream_t stream;
     BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     Timer timer(stream, o.iters);
+    timer.set_warm_ms(o.warm_ms);
     json j;
     j["device"] = {{"name", prop.name},
                    {"sm_count", prop.multiProcessorCount},
@@ -359,8 +394,8 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
 
     json cases = json::array();
     if (!o.conv_only) {
-      out << fmt::format("\n{:>12} {:>5} {:>13} {:>9} {:>8} {:>9} {:>7} {:>8} {:>17}\n", "NxK", "M", "format", "us",
-                         "TFLOP/s", "W GB/s", "% ceil", "x cuBLAS", "path");
+      out << fmt::format("\n{:>12} {:>5} {:>13} {:>9} {:>8} {:>9} {:>7} {:>8} {:>17} {:>7}\n", "NxK", "M", "format",
+                         "us", "TFLOP/s", "W GB/s", "% ceil", "x cuBLAS", "path", "SM MHz");
       for (const ShapeNK& sh : shapes) {
         const size_t free_guess = size_t(prop.totalGlobalMem);
         const size_t bf16_w = size_t(sh.n) * sh.k * 2;
@@ -412,8 +447,9 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
           const std::string nk = fmt::format("{}x{}", sh.n, sh.k);
           auto row = [&](const std::string& name, double us, double wbytes, double speedup, const std::string& pth) {
             const double pct = 100.0 * (wbytes + xy) / (us * 1e-6) / 1e9 / ceiling_gbps;
-            out << fmt::format("{:>12} {:>5} {:>13} {:>9.2f} {:>8.1f} {:>9.0f} {:>6.1f}% {:>7.2f}x {:>17}\n", nk, m,
-                               name, us, flops / (us * 1e-6) / 1e12, wbytes / (us * 1e-6) / 1e9, pct, speedup, pth);
+            out << fmt::format("{:>12} {:>5} {:>13} {:>9.2f} {:>8.1f} {:>9.0f} {:>6.1f}% {:>7.2f}x {:>17} {:>7.0f}\n",
+                               nk, m, name, us, flops / (us * 1e-6) / 1e12, wbytes / (us * 1e-6) / 1e9, pct, speedup,
+                               pth, timer.last_sm_mhz());
             cases.push_back({{"n", sh.n},
                              {"k", sh.k},
                              {"m", m},
@@ -425,7 +461,8 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
                              {"weight_gbps", wbytes / (us * 1e-6) / 1e9},
                              {"pct_ceiling", pct},
                              {"x_cublas", speedup},
-                             {"path", pth}});
+                             {"path", pth},
+                             {"sm_mhz", timer.last_sm_mhz()}});
           };
           row("cublas-bf16", lt_us, double(bf16_w), 1.0, "cublaslt");
           for (Packed& pk : packed) {

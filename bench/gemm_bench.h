@@ -20,8 +20,10 @@ struct GemmBenchOptions {
   std::string path = "auto";               // auto, fused, dequant (forced for every M it supports)
   int iters = 30;
   int warmup = 5;
-  int splits = 0;          // fused path: 0 = the library's split-K choice, >= 1 forces it (GemmParams::num_splits)
-  bool conv = false;       // also time the ResNet-50 conv layers (qdec conv2d, fp16 input)
+  int splits = 0;
+  double warm_ms = 0;  // keep the GPU busy with each case this long before its timed batch (clock ramp-up)          //
+                       // fused path: 0 = the library's split-K choice, >= 1 forces it (GemmParams::num_splits)
+  bool conv = false;   // also time the ResNet-50 conv layers (qdec conv2d, fp16 input)
   bool conv_only = false;  // only the conv layers
   int conv_batch = 8;
   bool check = false;  // before timing, check each format/M against the CPU reference on a small problem
@@ -42,6 +44,9 @@ void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
   app->add_option("--dtype", o->dtype, "Activation dtype: bf16 or fp16")->capture_default_str();
   app->add_option("--path", o->path, "auto, fused or dequant (dequant = dequantize + cuBLASLt)")->capture_default_str();
   app->add_option("--splits", o->splits, "Force the fused path's split-K count (0 = automatic)")->capture_default_str();
+  app->add_option("--warm-ms", o->warm_ms,
+                  "Run each case this many ms before timing it (lets the SM clock ramp up; see the SM MHz column)")
+      ->capture_default_str();
   app->add_option("--iters", o->iters, "Timed launches per case (median reported)")->capture_default_str();
   app->add_option("--warmup", o->warmup, "Untimed launches per case")->capture_default_str();
   app->add_flag("--conv", o->conv, "Also time ResNet-50 conv layers (int4/int8 weights, fp16 input)");
