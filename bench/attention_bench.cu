@@ -241,6 +241,9 @@ __global__ void __launch_bounds__(512)
 // Holds the stream until the host sets flag[0] (host-mapped memory), so a batch of timed launches is fully
 // enqueued before the first one runs. Gives up after timeout_ns and sets flag[1], so a library call that
 // synchronizes inside the batch cannot hang the benchmark.
+// The floor of any timed launch: an empty kernel between the same pair of events.
+__global__ void empty_kernel() {}
+
 __global__ void wait_for_host_kernel(volatile int* flag, uint64_t timeout_ns) {
   uint64_t start;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
@@ -739,6 +742,8 @@ struct CaseResult {
   double append_gbps = kNoValue;
   size_t append_bytes = 0;
   double append_pct_of_step = kNoValue;  // append median / this case's decode median
+  double step_with_append_us = kNoValue;  // append, then attention as its programmatic dependent
+  double append_marginal_pct = kNoValue;  // (step_with_append - decode) / decode
 };
 
 // Launches per stream hold: 4 queue entries each (2 events, up to 2 kernels) stays far below the driver's
@@ -911,6 +916,55 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
   r.time = time_launches(opts, stream, flag, what,
                          [&](int i) { return decode_attention(params[size_t(i) % params.size()], stream); });
 
+  // --append (paged): the fused append of this step's B new tokens (one per sequence, at position
+  // seq_len - 1, so into the pages the step reads last; RoPE rotate-half, theta 10^4) into the same pools,
+  // timed alone, and as the step an engine runs: append, then attention launched as its programmatic
+  // dependent. The marginal cost of the append in the step is (append + attention) - attention.
+  if (paged && opts.append) {
+    const size_t row_values = size_t(shape.batch) * shape.num_kv_heads * shape.head_dim;
+    DeviceBuffer k_rows(row_values * 2), v_rows(row_values * 2), d_start(size_t(shape.batch) * sizeof(int32_t));
+    launch_fill(k_rows.get(), k_rows.bytes(), dense_fill_spec(k_rows.bytes(), qd, opts.seed ^ 0xa1), dev, stream);
+    launch_fill(v_rows.get(), v_rows.bytes(), dense_fill_spec(v_rows.bytes(), qd, opts.seed ^ 0xa2), dev, stream);
+    std::vector<int32_t> start(shape.seq_lens.begin(), shape.seq_lens.end());
+    for (int32_t& x : start) x -= 1;
+    BENCH_CUDA(cudaMemcpyAsync(d_start.get(), start.data(), d_start.bytes(), cudaMemcpyHostToDevice, stream));
+    std::vector<KvAppendParams> append;
+    for (const Set& set : sets) {
+      KvAppendParams a;
+      a.k = k_rows.get();
+      a.v = v_rows.get();
+      a.dtype = qd;
+      a.batch = shape.batch;
+      a.start_pos = d_start.as<int32_t>();
+      a.start_pos_host = start.data();
+      a.layout = page_layout;
+      a.pool = set.pool.get();
+      a.num_pages = num_pages;
+      a.block_table = d_table.as<int32_t>();
+      a.block_table_host = table.data();
+      a.max_pages_per_seq = kl.pages_per_seq();
+      a.rope = RopeStyle::kHalf;
+      append.push_back(a);
+    }
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    const TimeStats alone = time_launches(opts, stream, flag, what + " append",
+                                          [&](int i) { return kv_append(append[size_t(i) % append.size()], stream); });
+    const TimeStats pair = time_launches(opts, stream, flag, what + " append+attention", [&](int i) {
+      const size_t k = size_t(i) % append.size();
+      QDEC_RETURN_IF_ERROR(kv_append(append[k], stream));
+      DecodeAttentionParams dp = params[k];
+      dp.programmatic_tail_tokens = 1;
+      return decode_attention(dp, stream);
+    });
+    r.append_us = alone.median_us;
+    r.append_bytes = 2 * row_values * 2 + size_t(shape.batch) * shape.num_kv_heads *
+                                              (kv_row_bytes(fp.k, shape.head_dim) + kv_row_bytes(fp.v, shape.head_dim));
+    r.append_gbps = double(r.append_bytes) / (alone.median_us * 1e-6) / 1e9;
+    r.append_pct_of_step = 100.0 * alone.median_us / r.time.median_us;
+    r.step_with_append_us = pair.median_us;
+    r.append_marginal_pct = 100.0 * (pair.median_us - r.time.median_us) / r.time.median_us;
+  }
+
   // Every set that ran must hold a finite output (O was NaN-poisoned before the first launch).
   const size_t used_sets = std::min<size_t>(params.size(), size_t(opts.warmup + opts.iters));
   std::vector<uint16_t> o_host(qo_bytes / 2);
@@ -921,58 +975,6 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
 
   r.gbps = double(r.bytes()) / (r.time.median_us * 1e-6) / 1e9;
   r.pct_read_ceiling = 100.0 * r.gbps / ceil.read_gbps;
-  return r;
-}
-
-// The fused append of one decode step: B new tokens (one per sequence, at position seq_len - 1, so in the
-// page a decode step reads last), RoPE (rotate-half, theta 10^4) on K, quantized into a paged pool through a
-// shuffled block table. Bytes: the bf16 K and V rows read plus the quantized rows written. The pool holds
-// only the pages the appends touch (the kernel's cost does not depend on the pool's size).
-struct AppendResult {
-  TimeStats time;
-  size_t bytes = 0;
-  double gbps = 0;
-};
-
-AppendResult run_append_case(const Shape& shape, const FormatPair& fp, const AttentionBenchOptions& opts,
-                             const DeviceInfo& dev, cudaStream_t stream, HostFlag& flag) {
-  AppendResult r;
-  const std::string what = fmt::format("append {} {}", shape.label(), fp.name());
-  const KvPageLayout layout{fp.k, fp.v, shape.head_dim, opts.page_size, shape.num_kv_heads};
-  const int B = shape.batch;
-  const int max_pages = (shape.t_max + opts.page_size - 1) / opts.page_size;
-  const int num_pages = 2 * B;
-  const std::vector<int32_t> perm = shuffled_pages(num_pages, opts.seed ^ 0xa99e);
-  std::vector<int32_t> table(static_cast<size_t>(B) * max_pages, 0), start(static_cast<size_t>(B), 0);
-  for (int b = 0; b < B; ++b) {
-    start[b] = shape.seq_lens[b] - 1;
-    table[size_t(b) * max_pages + start[b] / opts.page_size] = perm[b];
-  }
-  const size_t row_values = size_t(B) * shape.num_kv_heads * shape.head_dim;
-  DeviceBuffer pool(size_t(num_pages) * layout.page_bytes()), k(row_values * 2), v(row_values * 2),
-      d_table(table.size() * 4), d_start(start.size() * 4);
-  launch_fill(k.get(), k.bytes(), dense_fill_spec(k.bytes(), fp.q_dtype(), opts.seed ^ 0xa1), dev, stream);
-  launch_fill(v.get(), v.bytes(), dense_fill_spec(v.bytes(), fp.q_dtype(), opts.seed ^ 0xa2), dev, stream);
-  BENCH_CUDA(cudaMemcpyAsync(d_table.get(), table.data(), d_table.bytes(), cudaMemcpyHostToDevice, stream));
-  BENCH_CUDA(cudaMemcpyAsync(d_start.get(), start.data(), d_start.bytes(), cudaMemcpyHostToDevice, stream));
-  KvAppendParams p;
-  p.k = k.get();
-  p.v = v.get();
-  p.dtype = fp.q_dtype();
-  p.batch = B;
-  p.start_pos = d_start.as<int32_t>();
-  p.start_pos_host = start.data();
-  p.layout = layout;
-  p.pool = pool.get();
-  p.num_pages = num_pages;
-  p.block_table = d_table.as<int32_t>();
-  p.block_table_host = table.data();
-  p.max_pages_per_seq = max_pages;
-  p.rope = RopeStyle::kHalf;
-  r.time = time_launches(opts, stream, flag, what, [&](int) { return kv_append(p, stream); });
-  r.bytes = 2 * row_values * 2 + size_t(B) * shape.num_kv_heads *
-                                     (kv_row_bytes(fp.k, shape.head_dim) + kv_row_bytes(fp.v, shape.head_dim));
-  r.gbps = double(r.bytes) / (r.time.median_us * 1e-6) / 1e9;
   return r;
 }
 
@@ -1042,7 +1044,9 @@ json case_json(const Shape& s, const FormatPair& fp, const AttentionBenchOptions
     j["append"] = {{"median_us", r.append_us},
                    {"bytes", r.append_bytes},
                    {"gbps", r.append_gbps},
-                   {"pct_of_decode_step", r.append_pct_of_step}};
+                   {"pct_of_decode_step", r.append_pct_of_step},
+                   {"step_with_append_us", r.step_with_append_us},
+                   {"marginal_pct_of_decode_step", r.append_marginal_pct}};
   }
   return j;
 }
@@ -1060,6 +1064,8 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
   if (opts.num_splits < 0) throw BenchError(fmt::format("--splits: {} must be >= 0", opts.num_splits));
   if (opts.cache != "contiguous" && opts.cache != "paged" && opts.cache != "both")
     throw BenchError(fmt::format("--cache: '{}' is not contiguous, paged or both", opts.cache));
+  if (opts.append && opts.cache == "contiguous")
+    throw BenchError("--append appends into a paged pool: use it with --cache paged or --cache both");
   const std::vector<FormatPair> formats = parse_formats(opts.formats);
   const std::vector<Shape> shapes = make_shapes(opts);
 
@@ -1090,6 +1096,12 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
       "ceilings (median of 30): copy {:.0f} GB/s (read+write of {:.2f} GB), read {:.0f} GB/s "
       "(streaming read of {:.2f} GB) <- the '% ceil' column\n",
       ceil.copy_gbps, ceil.copy_bytes / 1e9, ceil.read_gbps, ceil.read_bytes / 1e9);
+  const TimeStats launch_floor = time_launches(opts, stream.get(), flag, "empty kernel", [&](int) {
+    empty_kernel<<<1, 32, 0, stream.get()>>>();
+    return Status::Ok();
+  });
+  out << fmt::format("launch floor: an empty kernel between the same events takes {:.2f} us (median)\n",
+                     launch_floor.median_us);
   out << fmt::format("{} iterations per case after {} warm-up, page size {}, splits {}, lengths {}, cache {}\n\n",
                      opts.iters, opts.warmup, opts.page_size,
                      opts.num_splits == 0 ? "auto" : std::to_string(opts.num_splits),
@@ -1114,6 +1126,7 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
                      {"read_gbps", ceil.read_gbps},
                      {"read_grid", {ceil.read_blocks, ceil.read_threads}}};
     json doc = {{"bench", "attention"},
+                {"launch_floor_us", launch_floor.median_us},
                 {"units", {{"time", "us"}, {"bandwidth", "GB/s (1e9 bytes/s)"}}},
                 {"device", device_json(dev)},
                 {"ceilings", ceilings},
@@ -1181,15 +1194,12 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
             if (has_value(bf16_us[paged])) r.speedup_vs_bf16 = bf16_us[paged] / r.time.median_us;
             if (!paged) contiguous_us = r.time.median_us;
             if (paged && has_value(contiguous_us)) r.time_vs_contiguous = r.time.median_us / contiguous_us;
-            if (opts.append && shape.family != "long" && (paged || !run_paged)) {
-              const AppendResult a = run_append_case(shape, fp, opts, dev, stream.get(), flag);
-              r.append_us = a.time.median_us;
-              r.append_gbps = a.gbps;
-              r.append_bytes = a.bytes;
-              r.append_pct_of_step = 100.0 * a.time.median_us / r.time.median_us;
-              append_lines.push_back(fmt::format("{:<32} {:<24} {:>9.2f} {:>9.3f} {:>8.1f} {:>9.2f}%\n", shape.label(),
-                                                 fp.name(), a.time.median_us, a.bytes / 1e6, a.gbps,
-                                                 r.append_pct_of_step));
+            if (has_value(r.append_us)) {
+              append_lines.push_back(fmt::format("{:<32} {:<24} {:>9.2f} {:>9.3f} {:>8.1f} {:>10.2f} {:>10.2f} {:>11.2f} "
+                                                 "{:>10.2f}\n",
+                                                 shape.label(), fp.name(), r.append_us, r.append_bytes / 1e6,
+                                                 r.append_gbps, r.time.median_us, r.append_pct_of_step,
+                                                 r.step_with_append_us, r.append_marginal_pct));
             }
             out << table_row(shape.label(), name, std::to_string(r.num_splits),
                              fmt::format("{:.2f}", r.time.median_us), fmt::format("{:.2f}", r.bytes() / 1e6),
@@ -1203,11 +1213,10 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
       }
     }
     if (!append_lines.empty()) {
-      out << fmt::format("\nfused append (RoPE + quantize + paged write) of one new token per sequence, vs the {} "
-                         "decode step of the same case:\n",
-                         run_paged ? "paged" : "contiguous");
-      out << fmt::format("{:<32} {:<24} {:>9} {:>9} {:>8} {:>10}\n", "shape", "format", "median µs", "bytes MB",
-                         "GB/s", "% of step");
+      out << "\nfused append (RoPE + quantize + paged write) of one new token per sequence: alone, and as part of the "
+             "step (append, then paged attention as its programmatic dependent):\n";
+      out << fmt::format("{:<32} {:<24} {:>9} {:>9} {:>8} {:>10} {:>10} {:>11} {:>10}\n", "shape", "format",
+                         "append µs", "bytes MB", "GB/s", "step µs", "% of step", "step+app µs", "marginal %");
       for (const std::string& line : append_lines) out << line;
     }
   } catch (const std::exception& e) {

@@ -31,8 +31,8 @@ struct AttentionBenchOptions {
   // contiguous: separate K and V buffers (identity block table); paged: one K+V page pool read through a
   // randomly shuffled block table (include/qdec/kv_cache.h); both: each case both ways, with the ratio.
   std::string cache = "contiguous";
-  // Also time the fused append (RoPE + quantize + write, one new token per sequence) for each seed000 and
-  // smollm2 case, as us, GB/s and % of that case's decode step.
+  // Paged cases also time the fused append (RoPE + quantize + write, one new token per sequence) alone and
+  // followed by the attention as its programmatic dependent: us, GB/s, % of the decode step, marginal %.
   bool append = false;
   // Random sequence lengths in [T/2, T] (one draw per shape, shared by all formats) instead of all T.
   bool unequal = false;

@@ -312,6 +312,34 @@ INSTANTIATE_TEST_SUITE_P(Formats, KvAppendGpu, ::testing::ValuesIn(append_cases(
 
 // ---- Appended pages feed paged attention --------------------------------------------------------------
 
+// The float64 reference of paged attention on a host pool image: every sequence's rows, dequantized.
+std::vector<double> reference_attention(const Problem& pr, const std::vector<int32_t>& lens,
+                                        const std::vector<double>& q64, int num_qo_heads) {
+  const KvPageLayout& l = pr.layout;
+  const int batch = pr.batch, D = l.head_dim, H = l.num_kv_heads, ps = l.page_size;
+  const int t_max = *std::max_element(lens.begin(), lens.end());
+  std::vector<double> k64(static_cast<size_t>(batch) * t_max * H * D, 0.0), v64(k64.size(), 0.0);
+  for (int b = 0; b < batch; ++b)
+    for (int t = 0; t < lens[b]; ++t) {
+      const int page = pr.table[static_cast<size_t>(b) * pr.max_pages_per_seq + t / ps];
+      for (int h = 0; h < H; ++h) {
+        QuantizedRow row;
+        const size_t at = ((static_cast<size_t>(b) * t_max + t) * H + h) * D;
+        tile_read_row(l.k_tile(), KvRole::kKey, pr.pool.data() + l.k_tile_offset(page, h), t % ps, &row);
+        dequantize_row_f64(l.k_format, D, row, k64.data() + at);
+        tile_read_row(l.v_tile(), KvRole::kValue, pr.pool.data() + l.v_tile_offset(page, h), t % ps, &row);
+        dequantize_row_f64(l.v_format, D, row, v64.data() + at);
+      }
+    }
+  std::vector<double> o_ref(q64.size());
+  decode_attention_reference(batch, num_qo_heads, H, D, t_max, 1.0 / std::sqrt(double(D)), q64.data(), k64.data(),
+                             v64.data(), lens.data(), o_ref.data(), nullptr);
+  return o_ref;
+}
+
+// Prefill through the append kernel, then paged attention; then one decode step: append one token per
+// sequence and attend with the attention launched as the append's programmatic dependent (it reads all but
+// the new token while the append may still run), with automatic and forced split counts.
 TEST(KvAppendGpu, PagedAttentionOnAppendedCache) {
   QDEC_SKIP_WITHOUT_GPU();
   QDEC_TEST_RNG(rng);
@@ -330,46 +358,44 @@ TEST(KvAppendGpu, PagedAttentionOnAppendedCache) {
     std::vector<int32_t> lens(batch);
     for (int b = 0; b < batch; ++b) lens[b] = std::max(1, pr.cu[b + 1] - pr.cu[b]);
     for (int b = 0; b < batch; ++b) pr.cu[b + 1] = pr.cu[b] + lens[b];
+    // Room for the decode step's token.
+    for (int b = 0; b < batch; ++b) {
+      int32_t& e = pr.table[static_cast<size_t>(b) * pr.max_pages_per_seq + lens[b] / 16];
+      if (e < 0) {
+        e = pr.free_pages.back();
+        pr.free_pages.pop_back();
+      }
+    }
     pr.k.resize(static_cast<size_t>(pr.cu.back()) * 2 * D);
     pr.v.resize(pr.k.size());
     fill_rows(rng, pr.k, D, DType::kBF16, false);
     fill_rows(rng, pr.v, D, DType::kBF16, false);
-    KvAppendParams hp = host_params(pr, DType::kBF16, RopeStyle::kHalf, 0);
+
     DeviceBuffer d_pool(pr.pool.size()), d_k(pr.k.size() * 2), d_v(pr.v.size() * 2), d_table(pr.table.size() * 4),
         d_start(batch * 4), d_cu(pr.cu.size() * 4), d_lens(batch * 4);
     QDEC_CUDA_CHECK(cudaMemcpy(d_pool.get(), pr.pool.data(), pr.pool.size(), cudaMemcpyHostToDevice));
-    QDEC_CUDA_CHECK(cudaMemcpy(d_k.get(), pr.k.data(), pr.k.size() * 2, cudaMemcpyHostToDevice));
-    QDEC_CUDA_CHECK(cudaMemcpy(d_v.get(), pr.v.data(), pr.v.size() * 2, cudaMemcpyHostToDevice));
     QDEC_CUDA_CHECK(cudaMemcpy(d_table.get(), pr.table.data(), pr.table.size() * 4, cudaMemcpyHostToDevice));
-    QDEC_CUDA_CHECK(cudaMemcpy(d_start.get(), pr.start_pos.data(), batch * 4, cudaMemcpyHostToDevice));
-    QDEC_CUDA_CHECK(cudaMemcpy(d_cu.get(), pr.cu.data(), pr.cu.size() * 4, cudaMemcpyHostToDevice));
-    QDEC_CUDA_CHECK(cudaMemcpy(d_lens.get(), lens.data(), batch * 4, cudaMemcpyHostToDevice));
-    KvAppendParams dp = hp;
-    dp.k = d_k.get();
-    dp.v = d_v.get();
-    dp.pool = d_pool.get();
-    dp.block_table = d_table.as<int32_t>();
-    dp.start_pos = d_start.as<int32_t>();
-    dp.cu_seqlens = d_cu.as<int32_t>();
-    QDEC_ASSERT_OK(kv_append(dp, nullptr));
-    QDEC_ASSERT_OK(kv_append_reference(hp));
-
-    // Reference inputs: the CPU pool's rows, dequantized, in [b][t][h][d].
-    const int t_max = *std::max_element(lens.begin(), lens.end());
-    std::vector<double> k64(static_cast<size_t>(batch) * t_max * 2 * D, 0.0), v64(k64.size(), 0.0);
-    for (int b = 0; b < batch; ++b)
-      for (int t = 0; t < lens[b]; ++t) {
-        const int page = pr.table[static_cast<size_t>(b) * pr.max_pages_per_seq + t / 16];
-        for (int h = 0; h < 2; ++h) {
-          QuantizedRow row;
-          const size_t at = ((static_cast<size_t>(b) * t_max + t) * 2 + h) * D;
-          tile_read_row(layout.k_tile(), KvRole::kKey, pr.pool.data() + layout.k_tile_offset(page, h), t % 16, &row);
-          dequantize_row_f64(layout.k_format, D, row, k64.data() + at);
-          tile_read_row(layout.v_tile(), KvRole::kValue, pr.pool.data() + layout.v_tile_offset(page, h), t % 16,
-                        &row);
-          dequantize_row_f64(layout.v_format, D, row, v64.data() + at);
-        }
+    auto upload_step = [&] {
+      QDEC_CUDA_CHECK(cudaMemcpy(d_k.get(), pr.k.data(), pr.k.size() * 2, cudaMemcpyHostToDevice));
+      QDEC_CUDA_CHECK(cudaMemcpy(d_v.get(), pr.v.data(), pr.v.size() * 2, cudaMemcpyHostToDevice));
+      QDEC_CUDA_CHECK(cudaMemcpy(d_start.get(), pr.start_pos.data(), batch * 4, cudaMemcpyHostToDevice));
+      if (!pr.cu.empty())
+        QDEC_CUDA_CHECK(cudaMemcpy(d_cu.get(), pr.cu.data(), pr.cu.size() * 4, cudaMemcpyHostToDevice));
+      QDEC_CUDA_CHECK(cudaMemcpy(d_lens.get(), lens.data(), batch * 4, cudaMemcpyHostToDevice));
+    };
+    auto append_params = [&](bool device) {
+      KvAppendParams a = host_params(pr, DType::kBF16, RopeStyle::kHalf, 0);
+      if (device) {
+        a.k = d_k.get();
+        a.v = d_v.get();
+        a.pool = d_pool.get();
+        a.block_table = d_table.as<int32_t>();
+        a.start_pos = d_start.as<int32_t>();
+        a.cu_seqlens = pr.cu.empty() ? nullptr : d_cu.as<int32_t>();
       }
+      return a;
+    };
+
     std::vector<uint16_t> q_bits(static_cast<size_t>(batch) * HQ * D);
     std::vector<double> q64(q_bits.size());
     std::normal_distribution<float> nd(0.f, 1.f);
@@ -377,31 +403,73 @@ TEST(KvAppendGpu, PagedAttentionOnAppendedCache) {
       q_bits[i] = float_to_bf16_bits(nd(rng));
       q64[i] = bf16_bits_to_float(q_bits[i]);
     }
-    std::vector<double> o_ref(q64.size());
-    decode_attention_reference(batch, HQ, 2, D, t_max, 1.0 / std::sqrt(double(D)), q64.data(), k64.data(), v64.data(),
-                               lens.data(), o_ref.data(), nullptr);
     DeviceBuffer d_q(q_bits.size() * 2), d_o(q_bits.size() * 2);
     QDEC_CUDA_CHECK(cudaMemcpy(d_q.get(), q_bits.data(), q_bits.size() * 2, cudaMemcpyHostToDevice));
+    auto attention_params = [&](int splits, int tail) {
+      DecodeAttentionParams ap;
+      ap.batch = batch;
+      ap.num_qo_heads = HQ;
+      ap.num_kv_heads = 2;
+      ap.q_dtype = DType::kBF16;
+      set_paged_cache(&ap, layout, d_pool.get(), pr.num_pages, d_table.as<int32_t>(), pr.table.data(),
+                      pr.max_pages_per_seq);
+      ap.seq_lens = d_lens.as<int32_t>();
+      ap.seq_lens_host = lens.data();
+      ap.q = d_q.get();
+      ap.o = d_o.get();
+      ap.num_splits = splits;
+      ap.programmatic_tail_tokens = tail;
+      return ap;
+    };
+    auto check_output = [&](const char* what) {
+      std::vector<uint16_t> o_bits(q_bits.size());
+      QDEC_CUDA_CHECK(cudaMemcpy(o_bits.data(), d_o.get(), o_bits.size() * 2, cudaMemcpyDeviceToHost));
+      std::vector<double> o64(o_bits.size());
+      for (size_t i = 0; i < o64.size(); ++i) o64[i] = bf16_bits_to_float(o_bits[i]);
+      const std::vector<double> o_ref = reference_attention(pr, lens, q64, HQ);
+      EXPECT_LE(rel_l2(o64.data(), o_ref.data(), o64.size()), 5e-3) << what;
+    };
+
+    // Prefill, then attention in plain stream order.
+    upload_step();
+    QDEC_ASSERT_OK(kv_append(append_params(true), nullptr));
+    QDEC_ASSERT_OK(kv_append_reference(append_params(false)));
     QDEC_CUDA_CHECK(cudaMemset(d_o.get(), 0xFF, d_o.bytes()));
-    DecodeAttentionParams ap;
-    ap.batch = batch;
-    ap.num_qo_heads = HQ;
-    ap.num_kv_heads = 2;
-    ap.q_dtype = DType::kBF16;
-    set_paged_cache(&ap, layout, d_pool.get(), pr.num_pages, d_table.as<int32_t>(), pr.table.data(),
-                    pr.max_pages_per_seq);
-    ap.seq_lens = d_lens.as<int32_t>();
-    ap.seq_lens_host = lens.data();
-    ap.q = d_q.get();
-    ap.o = d_o.get();
-    ap.num_splits = 1;
-    QDEC_ASSERT_OK(decode_attention(ap, nullptr));
+    QDEC_ASSERT_OK(decode_attention(attention_params(1, 0), nullptr));
     QDEC_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint16_t> o_bits(q_bits.size());
-    QDEC_CUDA_CHECK(cudaMemcpy(o_bits.data(), d_o.get(), o_bits.size() * 2, cudaMemcpyDeviceToHost));
-    std::vector<double> o64(o_bits.size());
-    for (size_t i = 0; i < o64.size(); ++i) o64[i] = bf16_bits_to_float(o_bits[i]);
-    EXPECT_LE(rel_l2(o64.data(), o_ref.data(), o64.size()), 5e-3);
+    check_output("after prefill");
+
+    // Decode steps: one new token per sequence, attention as the append's programmatic dependent.
+    for (int splits : {0, 3}) {
+      for (int b = 0; b < batch; ++b) pr.start_pos[b] = lens[b];
+      pr.cu.clear();
+      pr.k.resize(static_cast<size_t>(batch) * 2 * D);
+      pr.v.resize(pr.k.size());
+      fill_rows(rng, pr.k, D, DType::kBF16, false);
+      fill_rows(rng, pr.v, D, DType::kBF16, false);
+      for (int b = 0; b < batch; ++b) lens[b] += 1;
+      for (int b = 0; b < batch; ++b) {
+        int32_t& e = pr.table[static_cast<size_t>(b) * pr.max_pages_per_seq + (lens[b] - 1) / 16];
+        if (e < 0) {
+          e = pr.free_pages.back();
+          pr.free_pages.pop_back();
+        }
+      }
+      QDEC_CUDA_CHECK(cudaMemcpy(d_table.get(), pr.table.data(), pr.table.size() * 4, cudaMemcpyHostToDevice));
+      upload_step();
+      QDEC_CUDA_CHECK(cudaMemset(d_o.get(), 0xFF, d_o.bytes()));
+      size_t ws_bytes = 0;
+      DecodeAttentionParams ap = attention_params(splits, 1);
+      QDEC_ASSERT_OK(decode_attention_workspace_bytes(ap, &ws_bytes));
+      DeviceBuffer ws(ws_bytes);
+      ap.workspace = ws.get();
+      ap.workspace_bytes = ws_bytes;
+      QDEC_ASSERT_OK(kv_append(append_params(true), nullptr));
+      QDEC_ASSERT_OK(decode_attention(ap, nullptr));
+      QDEC_ASSERT_OK(kv_append_reference(append_params(false)));
+      QDEC_CUDA_CHECK(cudaDeviceSynchronize());
+      check_output(splits == 0 ? "decode step, PDL, automatic splits" : "decode step, PDL, 3 splits");
+    }
   }
 }
 

@@ -60,6 +60,14 @@ struct DecodeAttentionParams {
   void* o = nullptr;        // [batch, num_qo_heads, head_dim], 16-byte aligned
   float* lse = nullptr;     // optional [batch, num_qo_heads]
 
+  // Overlap with this step's append (PDL, sm_90). When > 0, the call is launched as a programmatic
+  // dependent of the kernel before it in the stream, typically kv_append(), which then may still be running
+  // while this one reads Q and the cache. That kernel may write only the last `programmatic_tail_tokens`
+  // tokens of each sequence: this one waits for it to complete (and its writes to be visible) only before
+  // reading those tokens. Q, and everything the previous kernel did not write, must be complete when the
+  // previous kernel starts, so launch that kernel normally. 0 = ordinary stream order.
+  int programmatic_tail_tokens = 0;
+
   // Split-K over the sequence: 0 = automatic (occupancy and length), >= 1 = forced.
   int num_splits = 0;
   // Workspace for split partials (device); decode_attention_workspace_bytes() says how much.

@@ -61,6 +61,7 @@ struct DecodeKernelParams {
   int num_splits;
   float sm_scale_log2;  // sm_scale * log2(e)
   int q_is_fp16;
+  int pdl_tail_tokens;  // > 0: launched as a programmatic dependent that writes the last tokens (see load)
 };
 
 // ---- Format traits ----------------------------------------------------------------------------------------
@@ -380,6 +381,13 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     return;
   }
   const int n_iter = (end - start + kStageTokens - 1) / kStageTokens;
+  // Launched as a programmatic dependent of this step's append (programmatic_tail_tokens > 0): every stage
+  // before the one holding the first appended token is read without waiting; griddepcontrol.wait (the
+  // append's completion and memory) comes before that stage's copies. Without PDL it returns at once.
+  const int first_wait_iter = p.pdl_tail_tokens > 0 ? max(0, (len - p.pdl_tail_tokens - start) / kStageTokens) : 0;
+  auto wait_if_tail = [&](int iter) {
+    if (iter == first_wait_iter) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  };
 
   // Q first: its loads must not queue behind the pipeline's (all CTAs start together, and one sequential
   // load per row behind megabytes of cache copies cost ~15 us per CTA). 16-byte vectors, all in flight.
@@ -400,8 +408,10 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   const uint8_t* v_head = p.v_cache + (long long)kvh * p.v_tile_bytes;
 #pragma unroll
   for (int st = 0; st < S::kStages - 1; ++st) {
-    if (st < n_iter)
+    if (st < n_iter) {
+      wait_if_tail(st);
       load_stage<KF, VF, D>(p, smem + st * S::kStageBytes, k_head, v_head, row_off, start + st * kStageTokens, end);
+    }
     cp_async_commit();
   }
 
@@ -669,6 +679,7 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     __syncthreads();
     {
       const int nxt = it + S::kStages - 1;
+      if (nxt < n_iter) wait_if_tail(nxt);
       if (nxt < n_iter)
         load_stage<KF, VF, D>(p, smem + next_buf * S::kStageBytes, k_head, v_head, row_off, start + nxt * kStageTokens,
                               end);

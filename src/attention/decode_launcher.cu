@@ -192,6 +192,8 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
       }
     }
   }
+  if (p.programmatic_tail_tokens < 0)
+    return invalid("programmatic_tail_tokens " + std::to_string(p.programmatic_tail_tokens) + " must be >= 0");
   if (p.num_splits < 0 || p.num_splits > 1024)
     return invalid("num_splits " + std::to_string(p.num_splits) + " must be in 0..1024 (0 = automatic)");
 
@@ -268,11 +270,21 @@ Status decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   const float sm_scale = p.sm_scale > 0.f ? p.sm_scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
   kp.sm_scale_log2 = sm_scale * 1.4426950408889634f;
   kp.q_is_fp16 = p.q_dtype == DType::kFP16 ? 1 : 0;
+  kp.pdl_tail_tokens = p.programmatic_tail_tokens;
 
   dim3 grid(plan.num_splits, p.num_kv_heads, p.batch);
   void* args[] = {&kp};
-  QDEC_CUDA_RETURN(cudaLaunchKernel(plan.func, grid, dim3(attention::kThreads), args,
-                                    static_cast<size_t>(plan.kernel->smem_bytes), stream));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(attention::kThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(plan.kernel->smem_bytes);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = p.programmatic_tail_tokens > 0 ? 1 : 0;
+  QDEC_CUDA_RETURN(cudaLaunchKernelExC(&cfg, plan.func, args));
   if (plan.num_splits > 1) {
     QDEC_RETURN_IF_ERROR(attention::launch_decode_merge(part_o, part_lse, p.o, p.lse, p.batch * p.num_qo_heads,
                                                         plan.num_splits, p.head_dim, kp.q_is_fp16 != 0, stream));

@@ -277,6 +277,9 @@ template <int D>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) kv_append_kernel(const __grid_constant__ AppendKernelParams p) {
   constexpr int VPL = D / 32;
   __shared__ float stage_all[kWarpsPerBlock][D];
+  // A decode-attention grid launched as our programmatic dependent may be scheduled now; it waits for this
+  // grid's completion before it reads the cache.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int lane = threadIdx.x % 32;
   // Warp (token i, head h, role): K and V of a row are independent, so they get a warp each (the chain
   // of dependent latencies per warp is what bounds this kernel).
