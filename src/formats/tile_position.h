@@ -6,11 +6,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define QDEC_HD __host__ __device__ __forceinline__
-#else
-#define QDEC_HD inline
-#endif
+#include "runtime/host_device.h"
 
 namespace qdec::layout {
 

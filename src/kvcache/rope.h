@@ -7,11 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define QDEC_HD __host__ __device__ __forceinline__
-#else
-#define QDEC_HD inline
-#endif
+#include "runtime/host_device.h"
 
 namespace qdec::rope {
 
