@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs="cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev"
+pkgs="cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev libopenblas-dev"
 missing=""
 if command -v dpkg-query >/dev/null 2>&1; then
   for p in $pkgs; do

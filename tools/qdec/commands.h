@@ -22,4 +22,7 @@ void register_plan_command(CLI::App& app, Registry& reg);
 
 // Exit codes: 0 success, 1 a failed computation or check, 2 bad usage or input (CLI11 parse errors too).
 
+// generate, ppl, calibrate (cmd_model.cpp).
+void register_model_commands(CLI::App& app, Registry& reg);
+
 }  // namespace qdec::cli

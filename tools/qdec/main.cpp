@@ -257,6 +257,7 @@ int main(int argc, char** argv) {
 #ifdef QDEC_HAVE_BENCH
   qdec::cli::register_bench_gemm_command(*bench, registry);  // cmd_bench_gemm.cpp
 #endif
+  qdec::cli::register_model_commands(app, registry);
   qdec::cli::register_plan_command(app, registry);
   CLI11_PARSE(app, argc, argv);
   for (auto& [sub, run] : registry.commands)
