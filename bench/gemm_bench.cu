@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "gemm/cublaslt.h"
+#include "gemm/dequant_kernel.cuh"
 #include "gemm_bench.h"
 #include "qdec/formats.h"
 #include "qdec/gemm.h"
@@ -138,6 +139,8 @@ __global__ void __launch_bounds__(512) read_stream_kernel(const uint4* __restric
   if (acc == 0x9E3779B9u) sink[0] = acc;
 }
 
+__global__ void empty_kernel() {}
+
 __global__ void hold_kernel(volatile int* flag, uint64_t timeout_ns) {
   uint64_t start, now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
@@ -181,6 +184,35 @@ class Timer {
   void set_warm_ms(double ms) { warm_ms_ = ms; }
   // SM clock (MHz) read by the clock probe right after the last timed batch.
   double last_sm_mhz() const { return last_mhz_; }
+
+  // Back-to-back launches as a decode step issues them: `reps` launches (rotation indices 0..reps-1) captured
+  // into one CUDA graph; the graph is replayed `iters` times, each replay between its own events; returns the
+  // median replay time / reps in µs. No per-launch event pair, so the ~3 µs event-timing floor of time() is
+  // not in it.
+  template <class F>
+  double time_graph(int reps, int iters, F&& launch) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    BENCH_CUDA(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < reps; ++i) launch(i);
+    BENCH_CUDA(cudaStreamEndCapture(s_, &graph));
+    BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    BENCH_CUDA(cudaGraphLaunch(exec, s_));
+    BENCH_CUDA(cudaStreamSynchronize(s_));
+    std::vector<double> us(iters);
+    for (int i = 0; i < iters; ++i) {
+      BENCH_CUDA(cudaEventRecord(ev_[0], s_));
+      BENCH_CUDA(cudaGraphLaunch(exec, s_));
+      BENCH_CUDA(cudaEventRecord(ev_[1], s_));
+      BENCH_CUDA(cudaEventSynchronize(ev_[1]));
+      float ms = 0.f;
+      BENCH_CUDA(cudaEventElapsedTime(&ms, ev_[0], ev_[1]));
+      us[i] = 1e3 * ms / reps;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return median(us);
+  }
 
   template <class F>
   double time(int warmup, int iters, F&& launch) {
@@ -390,12 +422,18 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
       ceiling_gbps = bytes / (us * 1e-6) / 1e9;
       j["read_ceiling_gbps"] = ceiling_gbps;
       out << fmt::format("read ceiling: {:.0f} GB/s (streaming read of 2 GiB)\n", ceiling_gbps);
+      // Launch floor: an empty kernel timed the same way (each launch between its own events).
+      const double floor_us = timer.time(3, o.iters, [&](int) { empty_kernel<<<1, 32, 0, stream>>>(); });
+      BENCH_CUDA(cudaGetLastError());
+      j["launch_floor_us"] = floor_us;
+      out << fmt::format("launch floor: {:.2f} us (empty kernel, same event timing)\n", floor_us);
     }
 
     json cases = json::array();
     if (!o.conv_only) {
-      out << fmt::format("\n{:>12} {:>5} {:>13} {:>9} {:>8} {:>9} {:>7} {:>8} {:>17} {:>7}\n", "NxK", "M", "format",
-                         "us", "TFLOP/s", "W GB/s", "% ceil", "x cuBLAS", "path", "SM MHz");
+      out << fmt::format("\n{:>12} {:>5} {:>13} {:>9} {:>8} {:>9} {:>7} {:>8} {:>17} {:>7} {:>9} {:>7} {:>8}\n", "NxK",
+                         "M", "format", "us", "TFLOP/s", "W GB/s", "% ceil", "x cuBLAS", "path", "SM MHz", "graph us",
+                         "g %ceil", "g x cuBLAS");
       for (const ShapeNK& sh : shapes) {
         const size_t free_guess = size_t(prop.totalGlobalMem);
         const size_t bf16_w = size_t(sh.n) * sh.k * 2;
@@ -437,38 +475,32 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
         for (int m : ms) {
           const double flops = 2.0 * m * double(sh.n) * sh.k;
           const double xy = (double(m) * sh.k + double(m) * sh.n) * 2;
-          const double lt_us = timer.time(o.warmup, o.iters, [&](int i) {
+          // Graph-replay timing (time_graph) for decode-sized M only; 0 = not timed.
+          const bool graph = m <= kFusedMaxM && o.graph_reps > 0;
+          auto lt_launch = [&](int i) {
             const int s = i % sets;
             check_status(wq::cublaslt_gemm(dt == GemmDType::kBF16, int(dt), m, sh.n, sh.k, xs[s].get(), sh.k,
                                            wb[s].get(), ys[s].get(), sh.n, lt_ws.get(), lt_ws.bytes(), stream),
                          "cuBLASLt");
-          });
-          BENCH_CUDA(cudaGetLastError());
-          const std::string nk = fmt::format("{}x{}", sh.n, sh.k);
-          auto row = [&](const std::string& name, double us, double wbytes, double speedup, const std::string& pth) {
-            const double pct = 100.0 * (wbytes + xy) / (us * 1e-6) / 1e9 / ceiling_gbps;
-            out << fmt::format("{:>12} {:>5} {:>13} {:>9.2f} {:>8.1f} {:>9.0f} {:>6.1f}% {:>7.2f}x {:>17} {:>7.0f}\n",
-                               nk, m, name, us, flops / (us * 1e-6) / 1e12, wbytes / (us * 1e-6) / 1e9, pct, speedup,
-                               pth, timer.last_sm_mhz());
-            cases.push_back({{"n", sh.n},
-                             {"k", sh.k},
-                             {"m", m},
-                             {"format", name},
-                             {"us", us},
-                             {"tflops", flops / (us * 1e-6) / 1e12},
-                             {"weight_bytes", wbytes},
-                             {"bytes", wbytes + xy},
-                             {"weight_gbps", wbytes / (us * 1e-6) / 1e9},
-                             {"pct_ceiling", pct},
-                             {"x_cublas", speedup},
-                             {"path", pth},
-                             {"sm_mhz", timer.last_sm_mhz()}});
           };
-          row("cublas-bf16", lt_us, double(bf16_w), 1.0, "cublaslt");
+          // cuBLASLt is timed before and after the qdec rows (the clock drifts with the card's temperature over a
+          // run); "x cuBLAS" divides by the faster of the two.
+          const double lt_us_before = timer.time(o.warmup, o.iters, lt_launch);
+          const double lt_mhz_before = timer.last_sm_mhz();
+          BENCH_CUDA(cudaGetLastError());
+          const double lt_g_before = graph ? timer.time_graph(o.graph_reps, o.iters, lt_launch) : 0.0;
+          const std::string nk = fmt::format("{}x{}", sh.n, sh.k);
+          struct Row {
+            std::string name, path;
+            double us, wbytes, mhz, graph_us;
+            bool dequant_only;
+          };
+          std::vector<Row> rows;
           for (Packed& pk : packed) {
-            // At M <= kFusedMaxM with --path auto, the dequantize + cuBLASLt path is timed too (the auto switch
-            // point is chosen from these rows).
-            const int variants = (path == GemmPath::kAuto && m <= kFusedMaxM) ? 2 : 1;
+            // At M <= kFusedMaxM with --path auto, both paths are timed (the auto switch point kAutoFusedMaxM is
+            // chosen from these rows); the one kAuto takes is marked with '*'.
+            const bool both = path == GemmPath::kAuto && m <= kFusedMaxM;
+            const int variants = both ? 2 : 1;
             for (int variant = 0; variant < variants; ++variant) {
               GemmParams p;
               p.m = m;
@@ -476,7 +508,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               p.w = WeightView{pk.L, pk.codes[0].get(), pk.meta[0].get()};
               p.x = xs[0].get();
               p.y = ys[0].get();
-              p.path = variant == 1                                   ? GemmPath::kDequantCublas
+              p.path = both ? (variant == 0 ? GemmPath::kFused : GemmPath::kDequantCublas)
                        : (path == GemmPath::kFused && m > kFusedMaxM) ? GemmPath::kAuto
                                                                       : path;
               p.num_splits = p.path == GemmPath::kDequantCublas ? 0 : o.splits;
@@ -490,19 +522,104 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               p.workspace = ws.get();
               p.workspace_bytes = wsb;
               const int psets = int(pk.codes.size());
-              const double us = timer.time(o.warmup, o.iters, [&](int i) {
+              auto launch = [&](int i) {
                 p.w.codes = pk.codes[i % psets].get();
                 p.w.meta = pk.meta[i % psets].get();
                 p.x = xs[i % sets].get();
                 p.y = ys[i % sets].get();
                 check_status(gemm(p, stream), "gemm");
-              });
+              };
+              const double us = timer.time(o.warmup, o.iters, launch);
+              const double mhz = timer.last_sm_mhz();
               BENCH_CUDA(cudaGetLastError());
+              const double g_us = graph ? timer.time_graph(o.graph_reps, o.iters, launch) : 0.0;
+              const bool is_auto = path == GemmPath::kAuto &&
+                                   (used == GemmPath::kFused) == (m <= kAutoFusedMaxM);
               const std::string pth =
-                  used == GemmPath::kFused ? fmt::format("fused s{}", splits) : std::string("dequant+cublaslt");
-              row(pk.f.name(), us, double(pk.L.code_bytes() + pk.L.meta_bytes()), lt_us / us, pth);
+                  (used == GemmPath::kFused ? fmt::format("fused s{}", splits) : std::string("dequant+cublaslt")) +
+                  (both && is_auto ? "*" : "");
+              rows.push_back({pk.f.name(), pth, us, double(pk.L.code_bytes() + pk.L.meta_bytes()), mhz, g_us, false});
+              if (used == GemmPath::kDequantCublas && m >= 2048 && variant == 0) {
+                // The dequantize kernel alone (the whole weight into the scratch), so that the path's time splits
+                // into dequantization + cuBLASLt. Its GB/s counts codes + meta read and the 16-bit scratch written.
+                wq::DequantParams dp{};
+                dp.meta = static_cast<const uint8_t*>(pk.meta[0].get());
+                dp.out = ws.get();
+                dp.n = pk.L.n;
+                dp.k = pk.L.k;
+                dp.n_pad = pk.L.n_pad();
+                dp.k_pad = pk.L.k_pad();
+                dp.bits = weight_bits(pk.L.format.kind);
+                dp.group_k = pk.L.group_k();
+                dp.zero_point = pk.L.format.kind == WeightKind::kINT4ZeroPoint ? 1 : 0;
+                dp.out_bf16 = dt == GemmDType::kBF16 ? 1 : 0;
+                dp.row_begin = 0;
+                dp.row_end = pk.L.n;
+                const double dq_us = timer.time(o.warmup, o.iters, [&](int i) {
+                  dp.codes = static_cast<const uint8_t*>(pk.codes[i % psets].get());
+                  dp.meta = static_cast<const uint8_t*>(pk.meta[i % psets].get());
+                  check_status(wq::launch_dequant(dp, stream), "dequant");
+                });
+                const double moved = double(pk.L.code_bytes() + pk.L.meta_bytes()) + double(sh.n) * sh.k * 2;
+                rows.push_back({pk.f.name(), "dequant kernel", dq_us, moved, timer.last_sm_mhz(), 0.0, true});
+              }
             }
           }
+          const double lt_us_after = timer.time(o.warmup, o.iters, lt_launch);
+          const double lt_mhz_after = timer.last_sm_mhz();
+          const double lt_g_after = graph ? timer.time_graph(o.graph_reps, o.iters, lt_launch) : 0.0;
+          const double lt_us = std::min(lt_us_before, lt_us_after);
+          const double lt_g = std::min(lt_g_before, lt_g_after);
+          auto print = [&](const std::string& name, double us, double wbytes, double speedup, const std::string& pth,
+                           double mhz, double g_us, double g_speedup) {
+            const double pct = 100.0 * (wbytes + xy) / (us * 1e-6) / 1e9 / ceiling_gbps;
+            const double g_pct = g_us > 0 ? 100.0 * (wbytes + xy) / (g_us * 1e-6) / 1e9 / ceiling_gbps : 0.0;
+            out << fmt::format("{:>12} {:>5} {:>13} {:>9.2f} {:>8.1f} {:>9.0f} {:>6.1f}% {:>7.2f}x {:>17} {:>7.0f}",
+                               nk, m, name, us, flops / (us * 1e-6) / 1e12, wbytes / (us * 1e-6) / 1e9, pct, speedup,
+                               pth, mhz);
+            if (g_us > 0) {
+              out << fmt::format(" {:>9.2f} {:>6.1f}% {:>7.2f}x\n", g_us, g_pct, g_speedup);
+            } else {
+              out << "\n";
+            }
+            cases.push_back({{"n", sh.n},
+                             {"k", sh.k},
+                             {"m", m},
+                             {"format", name},
+                             {"us", us},
+                             {"tflops", flops / (us * 1e-6) / 1e12},
+                             {"weight_bytes", wbytes},
+                             {"bytes", wbytes + xy},
+                             {"weight_gbps", wbytes / (us * 1e-6) / 1e9},
+                             {"pct_ceiling", pct},
+                             {"x_cublas", speedup},
+                             {"path", pth},
+                             {"sm_mhz", mhz},
+                             {"graph_us", g_us},
+                             {"graph_pct_ceiling", g_pct},
+                             {"graph_x_cublas", g_speedup}});
+          };
+          print("cublas-bf16", lt_us_before, double(bf16_w), lt_us / lt_us_before, "cublaslt (before)", lt_mhz_before,
+                lt_g_before, lt_g_before > 0 ? lt_g / lt_g_before : 0.0);
+          for (const Row& r : rows) {
+            if (r.dequant_only) {
+              out << fmt::format("{:>12} {:>5} {:>13} {:>9.2f} {:>8} {:>9.0f} {:>6.1f}% {:>8} {:>17} {:>7.0f}\n", nk, m,
+                                 r.name, r.us, "-", r.wbytes / (r.us * 1e-6) / 1e9,
+                                 100.0 * r.wbytes / (r.us * 1e-6) / 1e9 / ceiling_gbps, "-", r.path, r.mhz);
+              cases.push_back({{"n", sh.n},
+                               {"k", sh.k},
+                               {"m", m},
+                               {"format", r.name},
+                               {"us", r.us},
+                               {"bytes", r.wbytes},
+                               {"gbps", r.wbytes / (r.us * 1e-6) / 1e9},
+                               {"path", r.path}});
+              continue;
+            }
+            print(r.name, r.us, r.wbytes, lt_us / r.us, r.path, r.mhz, r.graph_us, r.graph_us > 0 ? lt_g / r.graph_us : 0.0);
+          }
+          print("cublas-bf16", lt_us_after, double(bf16_w), lt_us / lt_us_after, "cublaslt (after)", lt_mhz_after,
+                lt_g_after, lt_g_after > 0 ? lt_g / lt_g_after : 0.0);
         }
       }
     }
@@ -554,7 +671,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
           BENCH_CUDA(cudaGetLastError());
           const double flops = 2.0 * p.batch * l.co * p.out_h() * p.out_w() * double(l.ci) * l.k * l.k;
           const int gm = p.batch * p.out_h() * p.out_w();
-          const char* pth = gm <= kFusedMaxM ? "im2col+fused" : "im2col+dequant+lt";
+          const char* pth = gm <= kAutoFusedMaxM ? "im2col+fused" : "im2col+dequant+lt";
           out << fmt::format("{:>12} {:>10} {:>9.2f} {:>8.2f} {:>17}\n", l.name, fname, us, flops / (us * 1e-6) / 1e12,
                              pth);
           conv.push_back({{"layer", l.name},

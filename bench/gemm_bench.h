@@ -20,6 +20,7 @@ struct GemmBenchOptions {
   std::string path = "auto";               // auto, fused, dequant (forced for every M it supports)
   int iters = 30;
   int warmup = 5;
+  int graph_reps = 20;  // M <= 64: also time `graph_reps` back-to-back launches as one CUDA graph (0 = off)
   int splits = 0;
   double warm_ms = 0;  // keep the GPU busy with each case this long before its timed batch (clock ramp-up)          //
                        // fused path: 0 = the library's split-K choice, >= 1 forces it (GemmParams::num_splits)
@@ -49,6 +50,9 @@ void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
       ->capture_default_str();
   app->add_option("--iters", o->iters, "Timed launches per case (median reported)")->capture_default_str();
   app->add_option("--warmup", o->warmup, "Untimed launches per case")->capture_default_str();
+  app->add_option("--graph-reps", o->graph_reps,
+                  "M <= 64: also time this many back-to-back launches captured in one CUDA graph (0 = off)")
+      ->capture_default_str();
   app->add_flag("--conv", o->conv, "Also time ResNet-50 conv layers (int4/int8 weights, fp16 input)");
   app->add_flag("--conv-only", o->conv_only, "Only the conv layers");
   app->add_option("--conv-batch", o->conv_batch, "Batch of the conv layers")->capture_default_str();

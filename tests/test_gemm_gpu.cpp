@@ -175,6 +175,10 @@ std::vector<Case> gemm_cases() {
       for (int m : {1, 2, 3, 5, 8, 16, 17, 64, 1000}) {
         v.push_back({fmt, d, m, 257, 1000, GemmPath::kAuto, 0, Activation::kNone, false, d});
       }
+      // kAuto takes the dequantize path above kAutoFusedMaxM: the fused kernel's 32- and 64-token tiles explicitly.
+      for (int m : {33, 64}) {
+        v.push_back({fmt, d, m, 257, 1000, GemmPath::kFused, 0, Activation::kNone, false, d});
+      }
     }
   }
   // Both paths at small M, forced split counts (uneven slices), bias and clamps, fp32 output, larger shapes.

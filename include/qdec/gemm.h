@@ -8,7 +8,7 @@
 //   fp32 accumulation. Paths (docs/gemm.md):
 //     kFused          tensor-core kernel with in-register dequantization, M <= 64 (split-K over the SMs)
 //     kDequantCublas  dequantize W to a bf16/fp16 scratch in the workspace, then cuBLASLt (large M)
-//     kAuto           kFused for M <= kFusedMaxM, kDequantCublas above
+//     kAuto           kFused for M <= kAutoFusedMaxM (32), kDequantCublas above
 //
 // Conv2d: input NCHW fp32/fp16, weights [Co, Kh, Kw, Ci] packed with groups along Ci (quantize_conv_weights),
 // output NCHW in the input's dtype; im2col into the workspace, then the GEMM above (docs/gemm.md).
@@ -33,8 +33,11 @@ const char* activation_name(Activation a);
 enum class GemmPath : uint8_t { kAuto = 0, kFused, kDequantCublas };
 const char* gemm_path_name(GemmPath p);
 
-// Largest M the fused kernel takes (and the kAuto switch point).
+// Largest M the fused kernel takes.
 constexpr int kFusedMaxM = 64;
+// Largest M for which kAuto picks the fused kernel (measured on the H200, docs/gemm.md: above it the dequantize +
+// cuBLASLt path is faster); kFusedMaxM stays the fused path's limit when it is asked for explicitly.
+constexpr int kAutoFusedMaxM = 32;
 
 // A packed weight on the device.
 struct WeightView {

@@ -86,21 +86,25 @@ Status prepare_kernel(const void* func, int smem) {
   return Status::Ok();
 }
 
-// Split count of the fused kernel: the fewest splits whose CTAs fill the resident slots (2 per SM) with a last
+// Split count of the fused kernel: the fewest splits whose CTAs fill the resident slots (fused_min_blocks(MT) per
+// SM: 4 at M <= 8, 3 at M <= 16, 2 at M <= 32, 1 above) with a last
 // wave >= 90% full, within the K slices the shared-memory budget allows (docs/gemm.md).
 void plan_splits(const GemmParams& p, const WeightLayout& L, int sm_count, Plan* plan) {
   const int chunk = weight_chunk_k(L.format.kind);
   const int gs = L.format.group_size;
   const int align = std::max(chunk, gs != 0 ? gs : chunk);
   const int entry = weight_meta_entry_bytes(L.format.kind);
-  // Shared-memory caps: X slice <= 48 KiB (96 KiB from 32 tokens up, where longer slices mean fewer splits and
-  // so fewer accumulator atomics, at one CTA per SM), scale slice <= 32 KiB.
-  const int x_budget = plan->mt >= 4 ? 98304 : 49152;
-  int kc_max = x_budget / (plan->mt * 16) - wq::kXPadHalves;
-  if (gs != 0) kc_max = std::min(kc_max, 32768 / (wq::kBlockN * entry) * gs);
+  // Shared-memory caps per CTA, so that fused_min_blocks(MT) CTAs fit in the SM's 227 KiB next to their weight
+  // rings (fused_smem_bytes): M <= 8: X slice <= 12 KiB, scales <= 8 KiB; M <= 16: 36 / 12 KiB; M <= 32: 64 / 24
+  // KiB; M <= 64 (one CTA per SM): 96 / 32 KiB.
+  const int x_budget = plan->mt == 1 ? 12288 : plan->mt == 2 ? 36864 : plan->mt == 4 ? 65536 : 98304;
+  const int meta_budget = plan->mt == 1 ? 8192 : plan->mt == 2 ? 12288 : plan->mt == 4 ? 24576 : 32768;
+  const int xrows = wq::fused_x_rows(plan->mt, p.m);
+  int kc_max = x_budget / (xrows * 2) - wq::kXPadHalves;
+  if (gs != 0) kc_max = std::min(kc_max, meta_budget / (wq::kBlockN * entry) * gs);
   kc_max = std::max(align, kc_max / align * align);
   const int units = (L.k_pad() + align - 1) / align;  // align-sized pieces of K
-  const int slots = 2 * sm_count;
+  const int slots = wq::fused_min_blocks(plan->mt) * sm_count;
   int splits = 1;
   if (p.num_splits > 0) {
     splits = p.num_splits;
@@ -131,7 +135,7 @@ void plan_splits(const GemmParams& p, const WeightLayout& L, int sm_count, Plan*
   plan->kc = kc;
   plan->num_splits = (L.k_pad() + kc - 1) / kc;
   plan->n_seg = (gs == 0 || gs >= L.k_pad()) ? 1 : (kc + gs - 1) / gs;
-  plan->smem = wq::fused_smem_bytes(plan->mt, kc, plan->n_seg, entry);
+  plan->smem = wq::fused_smem_bytes(plan->mt, p.m, kc, plan->n_seg, entry);
 }
 
 Status validate_and_plan(const GemmParams& p, Plan* plan) {
@@ -166,7 +170,7 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
     return invalid("num_splits " + std::to_string(p.num_splits) + " must be in 0..4096 (0 = automatic)");
 
   GemmPath path = p.path;
-  if (path == GemmPath::kAuto) path = p.m <= kFusedMaxM ? GemmPath::kFused : GemmPath::kDequantCublas;
+  if (path == GemmPath::kAuto) path = p.m <= kAutoFusedMaxM ? GemmPath::kFused : GemmPath::kDequantCublas;
   if (path != GemmPath::kFused && path != GemmPath::kDequantCublas)
     return invalid("path " + std::to_string(int(p.path)) + " is not a GemmPath");
   plan->path = path;
