@@ -636,6 +636,13 @@ TEST(QdecCli, BadArgumentsAreUsageErrors) {
       {"ppl --text /dev/null --kv bf16,,int8", "empty entry"},
       {"ppl --text /dev/null --k-kv int8", "--v-kv"},
       {"calibrate --text /dev/null --out /tmp/x.json --alpha 2", "--alpha 2"},
+      // Errors found by the parser itself (CLI11) are usage errors too.
+      {"generate -n abc --prompt hi", "abc"},
+      {"generate", "--prompt"},
+      {"attention --head-dim 96", "96"},
+      {"attention --no-such-option", "--no-such-option"},
+      {"plan --model llama-2-7b --gpus two", "two"},
+      {"", "subcommand is required"},
   };
   for (const auto& [args, needle] : cases) {
     const CliResult r = run_cli(args);

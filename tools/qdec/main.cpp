@@ -259,7 +259,14 @@ int main(int argc, char** argv) {
 #endif
   qdec::cli::register_model_commands(app, registry);
   qdec::cli::register_plan_command(app, registry);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version print and succeed; every other parse error (unknown option, bad or missing
+    // value, no subcommand) is a usage error: CLI11 prints its message, and the exit code is 2.
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
   for (auto& [sub, run] : registry.commands)
     if (sub->parsed()) return run();
   if (info->parsed()) return cmd_info();
