@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -560,6 +561,53 @@ TEST(KvAppendErrors, PointersAndRuns) {
       StatusCode::kInvalidArgument, "cu_seqlens is decreasing at sequence 1");
 }
 
+TEST(KvAppendErrors, CountsAndHostCopies) {
+  expect_append_error([](ErrFixture& f) { f.p.max_pages_per_seq = 0; }, StatusCode::kInvalidArgument,
+                      "max_pages_per_seq 0");
+  expect_append_error([](ErrFixture& f) { f.p.num_pages = 0; }, StatusCode::kInvalidArgument, "num_pages 0");
+  expect_append_error(
+      [](ErrFixture& f) {
+        f.p.block_table = nullptr;
+        f.p.num_pages = 5;
+      },
+      StatusCode::kInvalidArgument, "num_pages 5 is smaller than batch * max_pages_per_seq = 6");
+  expect_append_error(
+      [](ErrFixture& f) {
+        f.p.cu_seqlens = f.cu.data();
+        f.p.cu_seqlens_host = nullptr;
+      },
+      StatusCode::kInvalidArgument, "cu_seqlens_host is null");
+  expect_append_error(
+      [](ErrFixture& f) {
+        f.cu = {1, 3, 5};
+        f.p.cu_seqlens = f.cu.data();
+        f.p.cu_seqlens_host = f.cu.data();
+      },
+      StatusCode::kInvalidArgument, "cu_seqlens[0] = 1 must be 0");
+  expect_append_error([](ErrFixture& f) { f.p.quant.fp8_static_scale = -1.f; }, StatusCode::kInvalidArgument,
+                      "fp8_static_scale");
+  expect_append_error([](ErrFixture& f) { f.p.dtype = static_cast<DType>(7); }, StatusCode::kInvalidArgument,
+                      "dtype 7");
+  expect_append_error([](ErrFixture& f) { f.p.batch = 0; }, StatusCode::kInvalidArgument, "batch 0");
+}
+
+TEST(KvPagePoolErrors, RejectedBeforeAllocating) {
+  std::unique_ptr<KvPagePool> pool;
+  const KvPageLayout ok{KvFormat::int4(4), KvFormat::int4(4), 128, 64, 2};
+  Status s = KvPagePool::create(ok, 0, &pool);
+  EXPECT_NE(s.message().find("num_pages 0"), std::string::npos) << s.to_string();
+  KvPageLayout bad = ok;
+  bad.page_size = 8;
+  s = KvPagePool::create(bad, 4, &pool);
+  EXPECT_EQ(s.code(), StatusCode::kUnsupported) << s.to_string();
+  bad = ok;
+  bad.num_kv_heads = 0;
+  s = KvPagePool::create(bad, 4, &pool);
+  EXPECT_NE(s.message().find("num_kv_heads 0"), std::string::npos) << s.to_string();
+  EXPECT_FALSE(KvPagePool::create(ok, 4, nullptr).ok());
+  EXPECT_EQ(pool, nullptr);
+}
+
 // Paged attention: a table entry out of range, a sequence longer than its pages, a pool laid out for other
 // formats, and an unsupported page size, each rejected before any launch.
 TEST(PagedAttentionErrors, RejectedBeforeLaunch) {
@@ -602,6 +650,12 @@ TEST(PagedAttentionErrors, RejectedBeforeLaunch) {
   p = make();
   p.page_size = 8;
   expect(p, "page_size 8");
+  p = make();
+  p.num_pages = 0;
+  expect(p, "num_pages 0 must be >= 1 with a block table");
+  p = make();
+  p.programmatic_tail_tokens = -1;
+  expect(p, "programmatic_tail_tokens -1");
 }
 
 }  // namespace
