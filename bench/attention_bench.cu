@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "attention_bench.h"
+#include "bench_common.cuh"
 #include "qdec/attention.h"
 #include "qdec/formats.h"
 #include "qdec/kv_cache.h"
@@ -51,24 +52,6 @@ namespace {
 using json = nlohmann::json;
 
 // ---- Errors and RAII ------------------------------------------------------------------------------------
-
-// Any failure (CUDA, qdec Status, bad option) ends the run with a message; the caller maps it to exit code 1.
-class BenchError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-void check_cuda(cudaError_t e, const char* expr, const char* file, int line) {
-  if (e != cudaSuccess) {
-    throw BenchError(
-        fmt::format("{}:{}: {} failed: {} ({})", file, line, expr, cudaGetErrorName(e), cudaGetErrorString(e)));
-  }
-}
-#define BENCH_CUDA(expr) check_cuda((expr), #expr, __FILE__, __LINE__)
-
-void check_status(const Status& s, std::string_view what) {
-  if (!s.ok()) throw BenchError(fmt::format("{}: {}", what, s.to_string()));
-}
 
 class DeviceBuffer {
  public:
@@ -216,34 +199,9 @@ __global__ void fill_kernel(uint32_t* __restrict__ buf, uint64_t n_words, FillSp
   }
 }
 
-// The read ceiling: a pure streaming read. Four independent 16-byte loads per thread per iteration keep
-// enough bytes in flight that DRAM, not load latency, is the limit. The xor of everything read is stored
-// only on an impossible-to-prove-false condition, so the loads cannot be removed and nothing is written.
-__global__ void __launch_bounds__(512)
-    read_stream_kernel(const uint4* __restrict__ src, uint64_t n, uint32_t* __restrict__ sink) {
-  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
-  uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  uint32_t acc = 0;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    const uint4 a = __ldg(src + i);
-    const uint4 b = __ldg(src + i + stride);
-    const uint4 c = __ldg(src + i + 2 * stride);
-    const uint4 d = __ldg(src + i + 3 * stride);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
-  }
-  for (; i < n; i += stride) {
-    const uint4 a = __ldg(src + i);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w;
-  }
-  if (acc == 0x9E3779B9u) sink[0] = acc;
-}
-
 // Holds the stream until the host sets flag[0] (host-mapped memory), so a batch of timed launches is fully
 // enqueued before the first one runs. Gives up after timeout_ns and sets flag[1], so a library call that
 // synchronizes inside the batch cannot hang the benchmark.
-// The floor of any timed launch: an empty kernel between the same pair of events.
-__global__ void empty_kernel() {}
-
 __global__ void wait_for_host_kernel(volatile int* flag, uint64_t timeout_ns) {
   uint64_t start;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
@@ -490,25 +448,6 @@ struct FormatPair {
   DType q_dtype() const { return k.kind == KvKind::kFP16 || v.kind == KvKind::kFP16 ? DType::kFP16 : DType::kBF16; }
 };
 
-std::string trim(const std::string& s) {
-  const size_t first = s.find_first_not_of(" \t");
-  if (first == std::string::npos) return {};
-  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
-}
-
-std::vector<std::string> split_list(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t begin = 0;
-  while (begin <= s.size()) {
-    size_t end = s.find(sep, begin);
-    if (end == std::string::npos) end = s.size();
-    std::string item = trim(s.substr(begin, end - begin));
-    if (!item.empty()) out.push_back(item);
-    begin = end + 1;
-  }
-  return out;
-}
-
 KvFormat parse_format_or_throw(const std::string& name) {
   KvFormat f;
   check_status(parse_kv_format(trim(name), &f), "--formats");
@@ -741,7 +680,7 @@ struct CaseResult {
   double append_us = kNoValue;           // --append: median of the fused append of this case's B tokens
   double append_gbps = kNoValue;
   size_t append_bytes = 0;
-  double append_pct_of_step = kNoValue;  // append median / this case's decode median
+  double append_pct_of_step = kNoValue;   // append median / this case's decode median
   double step_with_append_us = kNoValue;  // append, then attention as its programmatic dependent
   double append_marginal_pct = kNoValue;  // (step_with_append - decode) / decode
 };
@@ -825,8 +764,7 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
   const int num_pages = shape.batch * kl.pages_per_seq();
   const std::vector<int32_t> table = paged ? shuffled_pages(num_pages, opts.seed ^ 0x9a9e) : std::vector<int32_t>{};
   DeviceBuffer d_table(table.size() * sizeof(int32_t));
-  if (paged)
-    BENCH_CUDA(cudaMemcpyAsync(d_table.get(), table.data(), d_table.bytes(), cudaMemcpyHostToDevice, stream));
+  if (paged) BENCH_CUDA(cudaMemcpyAsync(d_table.get(), table.data(), d_table.bytes(), cudaMemcpyHostToDevice, stream));
   auto bind = [&](DecodeAttentionParams* p, void* k, void* v, void* pool) {
     if (paged)
       set_paged_cache(p, page_layout, pool, num_pages, d_table.as<int32_t>(), table.data(), kl.pages_per_seq());
@@ -892,9 +830,9 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
     if (paged) {
       // The contiguous buffers are freed as soon as their pages are in the pool.
       DeviceBuffer pool(size_t(num_pages) * page_layout.page_bytes());
-      scatter_pages_kernel<<<unsigned(num_pages), 256, 0, stream>>>(
-          pool.as<uint8_t>(), s.k.as<uint8_t>(), s.v.as<uint8_t>(), d_table.as<int32_t>(), kl.page_bytes(),
-          vl.page_bytes());
+      scatter_pages_kernel<<<unsigned(num_pages), 256, 0, stream>>>(pool.as<uint8_t>(), s.k.as<uint8_t>(),
+                                                                    s.v.as<uint8_t>(), d_table.as<int32_t>(),
+                                                                    kl.page_bytes(), vl.page_bytes());
       BENCH_CUDA(cudaGetLastError());
       BENCH_CUDA(cudaStreamSynchronize(stream));
       sets.push_back(Set{DeviceBuffer(), DeviceBuffer(), std::move(pool), std::move(s.q), std::move(s.o)});
@@ -1112,12 +1050,10 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
   json cases = json::array();
   auto write_json = [&](const std::string& error) {
     if (opts.json_path.empty()) return;
-    json options = {{"formats", opts.formats},     {"shapes", opts.shapes},
-                    {"batch", opts.batch},         {"iters", opts.iters},
-                    {"warmup", opts.warmup},       {"num_splits", opts.num_splits},
-                    {"page_size", opts.page_size}, {"unequal", opts.unequal},
-                    {"cache", opts.cache},         {"append", opts.append},
-                    {"check", opts.check},         {"seed", opts.seed}};
+    json options = {{"formats", opts.formats},     {"shapes", opts.shapes},   {"batch", opts.batch},
+                    {"iters", opts.iters},         {"warmup", opts.warmup},   {"num_splits", opts.num_splits},
+                    {"page_size", opts.page_size}, {"unequal", opts.unequal}, {"cache", opts.cache},
+                    {"append", opts.append},       {"check", opts.check},     {"seed", opts.seed}};
     json ceilings = {{"copy_bytes", ceil.copy_bytes},
                      {"copy", stats_json(ceil.copy)},
                      {"copy_gbps", ceil.copy_gbps},
@@ -1195,15 +1131,15 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
             if (!paged) contiguous_us = r.time.median_us;
             if (paged && has_value(contiguous_us)) r.time_vs_contiguous = r.time.median_us / contiguous_us;
             if (has_value(r.append_us)) {
-              append_lines.push_back(fmt::format("{:<32} {:<24} {:>9.2f} {:>9.3f} {:>8.1f} {:>10.2f} {:>10.2f} {:>11.2f} "
-                                                 "{:>10.2f}\n",
-                                                 shape.label(), fp.name(), r.append_us, r.append_bytes / 1e6,
-                                                 r.append_gbps, r.time.median_us, r.append_pct_of_step,
-                                                 r.step_with_append_us, r.append_marginal_pct));
+              append_lines.push_back(
+                  fmt::format("{:<32} {:<24} {:>9.2f} {:>9.3f} {:>8.1f} {:>10.2f} {:>10.2f} {:>11.2f} "
+                              "{:>10.2f}\n",
+                              shape.label(), fp.name(), r.append_us, r.append_bytes / 1e6, r.append_gbps,
+                              r.time.median_us, r.append_pct_of_step, r.step_with_append_us, r.append_marginal_pct));
             }
-            out << table_row(shape.label(), name, std::to_string(r.num_splits),
-                             fmt::format("{:.2f}", r.time.median_us), fmt::format("{:.2f}", r.bytes() / 1e6),
-                             fmt::format("{:.1f}", r.gbps), fmt::format("{:.1f}", r.pct_read_ceiling),
+            out << table_row(shape.label(), name, std::to_string(r.num_splits), fmt::format("{:.2f}", r.time.median_us),
+                             fmt::format("{:.2f}", r.bytes() / 1e6), fmt::format("{:.1f}", r.gbps),
+                             fmt::format("{:.1f}", r.pct_read_ceiling),
                              has_value(r.speedup_vs_bf16) ? fmt::format("{:.2f}", r.speedup_vs_bf16) : "-",
                              has_value(r.time_vs_contiguous) ? fmt::format("{:.3f}", r.time_vs_contiguous) : "-");
           }

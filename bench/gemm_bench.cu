@@ -32,6 +32,7 @@
 
 #include "gemm/cublaslt.h"
 #include "gemm/dequant_kernel.cuh"
+#include "bench_common.cuh"
 #include "gemm_bench.h"
 #include "qdec/formats.h"
 #include "qdec/gemm.h"
@@ -42,21 +43,6 @@ namespace {
 
 using json = nlohmann::json;
 
-class BenchError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-void check_cuda(cudaError_t e, const char* expr, int line) {
-  if (e != cudaSuccess)
-    throw BenchError(
-        fmt::format("gemm_bench.cu:{}: {} failed: {} ({})", line, expr, cudaGetErrorName(e), cudaGetErrorString(e)));
-}
-#define BENCH_CUDA(expr) check_cuda((expr), #expr, __LINE__)
-
-void check_status(const Status& s, const std::string& what) {
-  if (!s.ok()) throw BenchError(what + ": " + s.to_string());
-}
 
 class Buf {
  public:
@@ -123,23 +109,7 @@ void fill(const Buf& b, int kind, uint64_t seed, cudaStream_t s) {
   BENCH_CUDA(cudaGetLastError());
 }
 
-__global__ void __launch_bounds__(512) read_stream_kernel(const uint4* __restrict__ src, uint64_t n, uint32_t* sink) {
-  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
-  uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  uint32_t acc = 0;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    const uint4 a = __ldg(src + i), b = __ldg(src + i + stride), c = __ldg(src + i + 2 * stride),
-                d = __ldg(src + i + 3 * stride);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
-  }
-  for (; i < n; i += stride) {
-    const uint4 a = __ldg(src + i);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w;
-  }
-  if (acc == 0x9E3779B9u) sink[0] = acc;
-}
 
-__global__ void empty_kernel() {}
 
 __global__ void hold_kernel(volatile int* flag, uint64_t timeout_ns) {
   uint64_t start, now;
@@ -262,20 +232,6 @@ class Timer {
   double last_mhz_ = 0.0;
 };
 
-std::vector<std::string> split_list(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b <= s.size()) {
-    size_t e = s.find(sep, b);
-    if (e == std::string::npos) e = s.size();
-    std::string item = s.substr(b, e - b);
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    if (!item.empty()) out.push_back(item);
-    b = e + 1;
-  }
-  return out;
-}
 
 struct ShapeNK {
   int n, k;

@@ -75,11 +75,11 @@ struct Problem {
   int batch = 0;
   int max_pages_per_seq = 0;
   int num_pages = 0;
-  std::vector<int32_t> table;      // [batch][max_pages_per_seq], unused entries -1
-  std::vector<int32_t> start_pos;  // [batch]
-  std::vector<int32_t> cu;         // [batch + 1], empty for decode
-  std::vector<uint16_t> k, v;      // new rows
-  std::vector<uint8_t> pool;       // host image
+  std::vector<int32_t> table;       // [batch][max_pages_per_seq], unused entries -1
+  std::vector<int32_t> start_pos;   // [batch]
+  std::vector<int32_t> cu;          // [batch + 1], empty for decode
+  std::vector<uint16_t> k, v;       // new rows
+  std::vector<uint8_t> pool;        // host image
   std::vector<int32_t> free_pages;  // shuffled pages no sequence holds yet
   int num_tokens() const { return cu.empty() ? batch : cu.back(); }
 };
@@ -269,8 +269,7 @@ TEST_P(KvAppendGpu, BitExactWithReference) {
     QDEC_CUDA_CHECK(cudaMemcpy(d_v.get(), pr.v.data(), pr.v.size() * 2, cudaMemcpyHostToDevice));
     QDEC_CUDA_CHECK(cudaMemcpy(d_table.get(), pr.table.data(), pr.table.size() * 4, cudaMemcpyHostToDevice));
     QDEC_CUDA_CHECK(cudaMemcpy(d_start.get(), pr.start_pos.data(), pr.batch * 4, cudaMemcpyHostToDevice));
-    if (!pr.cu.empty())
-      QDEC_CUDA_CHECK(cudaMemcpy(d_cu.get(), pr.cu.data(), pr.cu.size() * 4, cudaMemcpyHostToDevice));
+    if (!pr.cu.empty()) QDEC_CUDA_CHECK(cudaMemcpy(d_cu.get(), pr.cu.data(), pr.cu.size() * 4, cudaMemcpyHostToDevice));
     KvAppendParams dp = hp;
     dp.k = d_k.get();
     dp.v = d_v.get();
@@ -287,16 +286,16 @@ TEST_P(KvAppendGpu, BitExactWithReference) {
     for (size_t i = 0; i < gpu_pool.size(); ++i)
       if (gpu_pool[i] != pr.pool[i] && mismatches++ == 0) first = i;
     ASSERT_EQ(mismatches, 0u) << "step " << step << ": first mismatch at pool byte " << first << " (page "
-                              << first / layout.page_bytes() << ", byte " << first % layout.page_bytes()
-                              << "): gpu " << int(gpu_pool[first]) << " cpu " << int(pr.pool[first]);
+                              << first / layout.page_bytes() << ", byte " << first % layout.page_bytes() << "): gpu "
+                              << int(gpu_pool[first]) << " cpu " << int(pr.pool[first]);
   }
 }
 
 std::vector<AppendCase> append_cases() {
   const std::pair<const char*, const char*> pairs[] = {
-      {"bf16", "bf16"},         {"fp16", "fp16"},       {"fp8e4m3", "fp8e4m3"}, {"fp8e5m2", "fp8e5m2"},
-      {"int8", "int8"},         {"int8-g64", "int8-g64"}, {"int8-g32", "int8-g32"}, {"int4", "int4"},
-      {"int4-g2", "int4-g2"},   {"int4-g4", "int4-g4"}, {"int4-g8", "int4-g8"}, {"int8", "int4"},
+      {"bf16", "bf16"},       {"fp16", "fp16"},         {"fp8e4m3", "fp8e4m3"},   {"fp8e5m2", "fp8e5m2"},
+      {"int8", "int8"},       {"int8-g64", "int8-g64"}, {"int8-g32", "int8-g32"}, {"int4", "int4"},
+      {"int4-g2", "int4-g2"}, {"int4-g4", "int4-g4"},   {"int4-g8", "int4-g8"},   {"int8", "int4"},
       {"int8-g32", "int4-g4"}};
   std::vector<AppendCase> cases;
   for (const auto& [k, v] : pairs)

@@ -27,7 +27,7 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 constexpr int kMaxRotaryPairs = 128;
 
-struct Side {  // K or V of the pool
+struct Side {          // K or V of the pool
   int kind;            // KvKind
   int groups;          // scale groups per row
   int bits;            // 16, 8, 4
@@ -236,8 +236,10 @@ __device__ __forceinline__ void write_row(const AppendKernelParams& p, const Sid
     for (int j = 0; j < VPL; ++j) {
       int nib;
       const uint32_t off = layout::data_offset(s.bits, is_key, s.data_bytes_row, token, lane * VPL + j, &nib);
-      if (s.bits == 16) *reinterpret_cast<uint16_t*>(tile + off) = q.code[j];
-      else tile[off] = static_cast<uint8_t>(q.code[j]);
+      if (s.bits == 16)
+        *reinterpret_cast<uint16_t*>(tile + off) = q.code[j];
+      else
+        tile[off] = static_cast<uint8_t>(q.code[j]);
     }
     return;
   }
@@ -299,8 +301,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kv_append_kernel(const __
     int lo = 0, hi = p.batch;  // largest b with cu_seqlens[b] <= i (runs may be empty)
     while (hi - lo > 1) {
       const int mid = (lo + hi) / 2;
-      if (__ldg(p.cu_seqlens + mid) <= i) lo = mid;
-      else hi = mid;
+      if (__ldg(p.cu_seqlens + mid) <= i)
+        lo = mid;
+      else
+        hi = mid;
     }
     b = lo;
     run_start = __ldg(p.cu_seqlens + b);
