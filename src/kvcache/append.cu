@@ -3,8 +3,8 @@
 //
 //   k, v   [num_tokens, num_kv_heads, head_dim] bf16/fp16     pool [num_pages][K tiles][V tiles]
 //
-// One warp per (new token, KV head, K or V); lane l holds dims [l * VPL, (l + 1) * VPL), VPL = head_dim / 32, so a
-// scale group is a run of whole lanes and its reductions are xor shuffles inside the run. The rounding
+// One warp per (new token, KV head, K or V); lane l holds dims [l * VPL, (l + 1) * VPL), VPL = head_dim / 32,
+// so a scale group is a run of whole lanes and its reductions are xor shuffles inside the run. The rounding
 // follows the CPU quantizer step by step (same IEEE division, same fp16/fp8 conversions), so the bytes are
 // identical; RoPE comes from kvcache/rope.h, shared with the CPU. Values land in tensor-core fragment order
 // (formats/tile_position.h): 16- and 8-bit values are plain stores; an int4 V byte holds dims d and d + 8 of
