@@ -19,6 +19,7 @@
 #include "gpu_util.h"
 #include "qdec/attention.h"
 #include "qdec/kv_cache.h"
+#include "qdec/page_manager.h"
 #include "test_util.h"
 
 namespace qdec {
@@ -471,6 +472,150 @@ TEST(KvAppendGpu, PagedAttentionOnAppendedCache) {
       check_output(splits == 0 ? "decode step, PDL, automatic splits" : "decode step, PDL, 3 splits");
     }
   }
+}
+
+// ---- The pieces together: page manager -> block tables -> append -> paged attention --------------------------
+
+// Sequences driven through the PageManager (reserve, export, append, commit), one of them forked from
+// another's prefix; the device pool must hold exactly the CPU reference's bytes after every step, the shared
+// pages must never change, and decode steps attend with the attention as the append's PDL dependent.
+TEST(PagedKvCacheE2E, ManagerPoolAppendAttention) {
+  QDEC_SKIP_WITHOUT_GPU();
+  QDEC_TEST_RNG(rng);
+  const int D = 128, H = 2, HQ = 8, ps = 16, max_pages = 16;
+  const KvPageLayout layout{KvFormat::int4(4), KvFormat::int4(4), D, ps, H};
+  PageManager pm;
+  QDEC_ASSERT_OK(PageManager::create({40, ps, max_pages}, &pm));
+  std::unique_ptr<KvPagePool> pool;
+  QDEC_ASSERT_OK(KvPagePool::create(layout, pm.num_pages(), &pool));
+  Problem host;  // the CPU mirror: pool image and the tables of the current step
+  host.layout = layout;
+  host.max_pages_per_seq = max_pages;
+  host.num_pages = pm.num_pages();
+  host.pool.resize(pool->bytes());
+  for (auto& x : host.pool) x = static_cast<uint8_t>(rng());
+  QDEC_CUDA_CHECK(cudaMemcpy(pool->data(), host.pool.data(), host.pool.size(), cudaMemcpyHostToDevice));
+
+  std::vector<PageManager::SeqId> ids(3);
+  for (auto& id : ids) QDEC_ASSERT_OK(pm.add_sequence(&id));
+  // One step: append `counts[i]` tokens to ids[i] (prefill runs, or one each for decode), GPU and CPU.
+  auto append_step = [&](const std::vector<PageManager::SeqId>& seqs, const std::vector<int32_t>& counts, bool decode) {
+    QDEC_ASSERT_OK(pm.reserve(seqs, counts));
+    std::vector<int32_t> start;
+    QDEC_ASSERT_OK(pm.export_block_table(seqs, &host.table, &start));
+    host.batch = static_cast<int>(seqs.size());
+    host.start_pos = start;
+    host.cu.clear();
+    if (!decode) {
+      host.cu.push_back(0);
+      for (int32_t c : counts) host.cu.push_back(host.cu.back() + c);
+    }
+    const size_t rows = decode ? seqs.size() : static_cast<size_t>(host.cu.back());
+    host.k.resize(rows * H * D);
+    host.v.resize(host.k.size());
+    fill_rows(rng, host.k, D, DType::kBF16, false);
+    fill_rows(rng, host.v, D, DType::kBF16, false);
+    DeviceBuffer d_k(host.k.size() * 2), d_v(host.v.size() * 2), d_table(host.table.size() * 4),
+        d_start(start.size() * 4), d_cu(std::max<size_t>(host.cu.size(), 1) * 4);
+    QDEC_CUDA_CHECK(cudaMemcpy(d_k.get(), host.k.data(), host.k.size() * 2, cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_v.get(), host.v.data(), host.v.size() * 2, cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_table.get(), host.table.data(), host.table.size() * 4, cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_start.get(), start.data(), start.size() * 4, cudaMemcpyHostToDevice));
+    if (!decode) QDEC_CUDA_CHECK(cudaMemcpy(d_cu.get(), host.cu.data(), host.cu.size() * 4, cudaMemcpyHostToDevice));
+    KvAppendParams hp = host_params(host, DType::kBF16, RopeStyle::kInterleaved, 0);
+    KvAppendParams dp = hp;
+    dp.k = d_k.get();
+    dp.v = d_v.get();
+    dp.pool = pool->data();
+    dp.block_table = d_table.as<int32_t>();
+    dp.start_pos = d_start.as<int32_t>();
+    dp.cu_seqlens = decode ? nullptr : d_cu.as<int32_t>();
+    QDEC_ASSERT_OK(kv_append(dp, nullptr));
+    QDEC_ASSERT_OK(kv_append_reference(hp));
+    QDEC_CUDA_CHECK(cudaDeviceSynchronize());
+    for (size_t i = 0; i < seqs.size(); ++i) QDEC_ASSERT_OK(pm.commit(seqs[i], counts[i]));
+    std::vector<uint8_t> gpu(host.pool.size());
+    QDEC_CUDA_CHECK(cudaMemcpy(gpu.data(), pool->data(), gpu.size(), cudaMemcpyDeviceToHost));
+    ASSERT_TRUE(gpu == host.pool) << "device pool differs from the CPU reference after an append";
+    QDEC_ASSERT_OK(pm.validate());
+  };
+
+  // Prefill three sequences (one spans several pages), then fork the first one's two full pages.
+  append_step(ids, {40, 5, 17}, false);
+  PageManager::SeqId forked;
+  QDEC_ASSERT_OK(pm.fork_prefix(ids[0], 2, &forked));
+  ids.push_back(forked);
+  std::vector<int32_t> shared_pages;
+  QDEC_ASSERT_OK(pm.pages(forked, &shared_pages));
+  ASSERT_EQ(shared_pages.size(), 2u);
+  auto shared_bytes = [&] {
+    std::vector<uint8_t> out;
+    for (int32_t page : shared_pages) {
+      std::vector<uint8_t> bytes(layout.page_bytes());
+      EXPECT_EQ(cudaMemcpy(bytes.data(), static_cast<uint8_t*>(pool->data()) + layout.k_tile_offset(page, 0),
+                           bytes.size(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      out.insert(out.end(), bytes.begin(), bytes.end());
+    }
+    return out;
+  };
+  const std::vector<uint8_t> shared_before = shared_bytes();
+  append_step({forked}, {9}, false);  // the fork's own tail, into a fresh page
+
+  // Decode steps for all four, each followed by attention launched as the append's dependent.
+  std::vector<uint16_t> q_bits(ids.size() * HQ * D);
+  std::vector<double> q64(q_bits.size());
+  std::normal_distribution<float> nd(0.f, 1.f);
+  DeviceBuffer d_q(q_bits.size() * 2), d_o(q_bits.size() * 2);
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < q_bits.size(); ++i) {
+      q_bits[i] = float_to_bf16_bits(nd(rng));
+      q64[i] = bf16_bits_to_float(q_bits[i]);
+    }
+    QDEC_CUDA_CHECK(cudaMemcpy(d_q.get(), q_bits.data(), q_bits.size() * 2, cudaMemcpyHostToDevice));
+    // The step's block table and lengths as the attention will see them (after this step's token).
+    QDEC_ASSERT_OK(pm.reserve(ids, std::vector<int32_t>(ids.size(), 1)));
+    std::vector<int32_t> table, lens;
+    QDEC_ASSERT_OK(pm.export_block_table(ids, &table, &lens));
+    for (auto& l : lens) l += 1;
+    DeviceBuffer d_table(table.size() * 4), d_lens(lens.size() * 4);
+    QDEC_CUDA_CHECK(cudaMemcpy(d_table.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+    QDEC_CUDA_CHECK(cudaMemcpy(d_lens.get(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+    append_step(ids, std::vector<int32_t>(ids.size(), 1), true);
+    QDEC_CUDA_CHECK(cudaMemset(d_o.get(), 0xFF, d_o.bytes()));
+    DecodeAttentionParams ap;
+    ap.batch = static_cast<int>(ids.size());
+    ap.num_qo_heads = HQ;
+    ap.num_kv_heads = H;
+    set_paged_cache(&ap, layout, pool->data(), pm.num_pages(), d_table.as<int32_t>(), table.data(), max_pages);
+    ap.seq_lens = d_lens.as<int32_t>();
+    ap.seq_lens_host = lens.data();
+    ap.q = d_q.get();
+    ap.o = d_o.get();
+    ap.num_splits = 1;
+    ap.programmatic_tail_tokens = 1;
+    QDEC_ASSERT_OK(decode_attention(ap, nullptr));
+    QDEC_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> o_bits(q_bits.size());
+    QDEC_CUDA_CHECK(cudaMemcpy(o_bits.data(), d_o.get(), o_bits.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<double> o64(o_bits.size());
+    for (size_t i = 0; i < o64.size(); ++i) o64[i] = bf16_bits_to_float(o_bits[i]);
+    host.table = table;
+    host.batch = static_cast<int>(ids.size());
+    const std::vector<double> o_ref = reference_attention(host, lens, q64, HQ);
+    EXPECT_LE(rel_l2(o64.data(), o_ref.data(), o64.size()), 5e-3) << "decode step " << step;
+  }
+  EXPECT_TRUE(shared_bytes() == shared_before) << "a shared prefix page was written";
+
+  // An exhausted pool: a distinct status, and every sequence intact.
+  std::vector<int32_t> lens_before, lens_after;
+  QDEC_ASSERT_OK(pm.export_block_table(ids, nullptr, &lens_before));
+  // 200 more tokens each stays within max_pages_per_seq (256 tokens) but needs more pages than are free.
+  const Status s = pm.reserve(ids, std::vector<int32_t>(ids.size(), 200));
+  EXPECT_EQ(s.code(), StatusCode::kOutOfPages) << s.to_string();
+  QDEC_ASSERT_OK(pm.export_block_table(ids, nullptr, &lens_after));
+  EXPECT_EQ(lens_before, lens_after);
+  QDEC_ASSERT_OK(pm.validate());
 }
 
 // ---- Bad input ----------------------------------------------------------------------------------------
