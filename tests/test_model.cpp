@@ -354,7 +354,10 @@ TEST(TinyLlama, ForwardMatchesNaiveDouble) {
       const auto l = session_logits(*m, s, part);
       got.insert(got.end(), l.begin(), l.end());
     }
-    EXPECT_LT(rel_l2(got.data(), want_flat.data(), want_flat.size()), 2e-6) << "split " << split;
+    // fp32 rounding only: over 600 seeds the fp32 forward's relative L2 against float64 reached 4.5e-6
+    // (2e-6, the first bar, failed 10 of them: a flaky test); 2e-5 is ~4x that, while any real defect (a wrong
+    // RoPE pair, head mapping, norm or cache position) moves the logits by 1e-2 or more.
+    EXPECT_LT(rel_l2(got.data(), want_flat.data(), want_flat.size()), 2e-5) << "split " << split;
   }
 }
 
