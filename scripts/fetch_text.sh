@@ -54,18 +54,13 @@ if sha_ok "$models_dir/$EVAL_NAME" "$EVAL_SHA256" && sha_ok "$models_dir/$CALIB_
   exit 0
 fi
 
+# shellcheck source=scripts/pip_wheel.sh
+. scripts/pip_wheel.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 if [ -z "$wheel" ]; then
-  pip_cmd="${PIP:-}"
-  if [ -z "$pip_cmd" ]; then
-    if command -v pip3 >/dev/null 2>&1; then pip_cmd=pip3; elif command -v pip >/dev/null 2>&1; then pip_cmd=pip; fi
-  fi
-  [ -n "$pip_cmd" ] || die "pip is not installed (or pass --wheel PATH to a downloaded gensim wheel)"
-  echo "fetch_text: downloading $WHEEL_SPEC with $pip_cmd (about 27 MiB, not installed)"
-  "$pip_cmd" download --no-deps --only-binary=:all: --disable-pip-version-check -q "$WHEEL_SPEC" -d "$tmp" ||
-    die "pip download of $WHEEL_SPEC failed (no network? pass --wheel PATH)"
+  pip_download_wheel fetch_text "$WHEEL_SPEC" "$tmp" "about 27 MiB"
   wheel=$(ls "$tmp"/gensim-*.whl 2>/dev/null | head -n 1)
 fi
 [ -n "$wheel" ] && [ -f "$wheel" ] || die "gensim wheel '$wheel' not found"
