@@ -683,6 +683,12 @@ struct CaseResult {
   double append_pct_of_step = kNoValue;   // append median / this case's decode median
   double step_with_append_us = kNoValue;  // append, then attention as its programmatic dependent
   double append_marginal_pct = kNoValue;  // (step_with_append - decode) / decode
+  // --graph-reps: per-step medians of CUDA-graph replays (no per-launch event floor).
+  double graph_append_us = kNoValue;            // the append alone
+  double graph_step_us = kNoValue;              // the attention alone
+  double graph_step_with_append_us = kNoValue;  // append, then attention as its programmatic dependent
+  double graph_append_pct_of_step = kNoValue;   // graph_append_us / graph_step_us
+  double graph_marginal_pct = kNoValue;         // (graph_step_with_append - graph_step) / graph_step
 };
 
 // Launches per stream hold: 4 queue entries each (2 events, up to 2 kernels) stays far below the driver's
@@ -729,6 +735,63 @@ TimeStats time_launches(const AttentionBenchOptions& opts, cudaStream_t stream, 
   std::vector<double> us;
   for (int i = 0; i < opts.iters; ++i) us.push_back(1e3 * elapsed_ms(start[i], stop[i]));
   return summarize(std::move(us));
+}
+
+// A CUDA graph of `reps` calls of `enqueue(j)` (j = 0..reps-1) on `stream`, replayed between events.
+class StepGraph {
+ public:
+  StepGraph(cudaStream_t stream, int reps, const std::string& what, const std::function<Status(int)>& enqueue)
+      : stream_(stream), reps_(reps) {
+    BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    std::string error;  // the first failed enqueue; the capture is ended either way
+    for (int j = 0; j < reps && error.empty(); ++j) {
+      const Status st = enqueue(j);
+      if (!st.ok()) error = st.to_string();
+    }
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+    if (!error.empty()) {
+      if (graph) cudaGraphDestroy(graph);
+      throw BenchError(fmt::format("{} (graph capture): {}", what, error));
+    }
+    BENCH_CUDA(end);
+    const cudaError_t inst = cudaGraphInstantiate(&exec_, graph, 0);
+    cudaGraphDestroy(graph);
+    BENCH_CUDA(inst);
+  }
+  ~StepGraph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+  }
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+  // One replay between `start` and `stop`; returns µs per call.
+  double replay(const Event& start, const Event& stop) {
+    BENCH_CUDA(cudaEventRecord(start.get(), stream_));
+    BENCH_CUDA(cudaGraphLaunch(exec_, stream_));
+    BENCH_CUDA(cudaEventRecord(stop.get(), stream_));
+    BENCH_CUDA(cudaEventSynchronize(stop.get()));
+    return 1e3 * elapsed_ms(start, stop) / reps_;
+  }
+
+ private:
+  cudaStream_t stream_;
+  int reps_;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+// Per-call medians of graphs replayed in turn (graph 0, 1, ..., 0, 1, ...): `iters` replays of each after
+// `warmup` rounds, so that clock drift affects every graph alike.
+std::vector<double> time_graphs_interleaved(const AttentionBenchOptions& opts, std::vector<StepGraph*> graphs) {
+  Event start, stop;
+  std::vector<std::vector<double>> us(graphs.size());
+  for (int it = 0; it < opts.warmup + opts.iters; ++it)
+    for (size_t g = 0; g < graphs.size(); ++g) {
+      const double t = graphs[g]->replay(start, stop);
+      if (it >= opts.warmup) us[g].push_back(t);
+    }
+  std::vector<double> med;
+  for (auto& v : us) med.push_back(summarize(std::move(v)).median_us);
+  return med;
 }
 
 // A random page permutation: sequence b's page j lives at pool page perm[b * pages_per_seq + j].
@@ -901,6 +964,26 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
     r.append_pct_of_step = 100.0 * alone.median_us / r.time.median_us;
     r.step_with_append_us = pair.median_us;
     r.append_marginal_pct = 100.0 * (pair.median_us - r.time.median_us) / r.time.median_us;
+    if (opts.graph_reps > 0) {
+      const int reps = opts.graph_reps;
+      StepGraph g_append(stream, reps, what + " append graph",
+                         [&](int j) { return kv_append(append[size_t(j) % append.size()], stream); });
+      StepGraph g_step(stream, reps, what + " step graph",
+                       [&](int j) { return decode_attention(params[size_t(j) % params.size()], stream); });
+      StepGraph g_pair(stream, reps, what + " append+step graph", [&](int j) {
+        const size_t k = size_t(j) % append.size();
+        QDEC_RETURN_IF_ERROR(kv_append(append[k], stream));
+        DecodeAttentionParams dp = params[k];
+        dp.programmatic_tail_tokens = 1;
+        return decode_attention(dp, stream);
+      });
+      const std::vector<double> med = time_graphs_interleaved(opts, {&g_append, &g_step, &g_pair});
+      r.graph_append_us = med[0];
+      r.graph_step_us = med[1];
+      r.graph_step_with_append_us = med[2];
+      r.graph_append_pct_of_step = 100.0 * med[0] / med[1];
+      r.graph_marginal_pct = 100.0 * (med[2] - med[1]) / med[1];
+    }
   }
 
   // Every set that ran must hold a finite output (O was NaN-poisoned before the first launch).
@@ -985,6 +1068,13 @@ json case_json(const Shape& s, const FormatPair& fp, const AttentionBenchOptions
                    {"pct_of_decode_step", r.append_pct_of_step},
                    {"step_with_append_us", r.step_with_append_us},
                    {"marginal_pct_of_decode_step", r.append_marginal_pct}};
+    if (has_value(r.graph_append_us))
+      j["append"]["graph"] = {{"reps", opts.graph_reps},
+                              {"append_us", r.graph_append_us},
+                              {"step_us", r.graph_step_us},
+                              {"step_with_append_us", r.graph_step_with_append_us},
+                              {"append_pct_of_step", r.graph_append_pct_of_step},
+                              {"marginal_pct_of_step", r.graph_marginal_pct}};
   }
   return j;
 }
@@ -998,6 +1088,7 @@ std::string table_row(const std::string& shape, const std::string& format, const
 
 int run(const AttentionBenchOptions& opts, std::ostream& out) {
   if (opts.iters < 1) throw BenchError(fmt::format("--iters: {} must be >= 1", opts.iters));
+  if (opts.graph_reps < 0) throw BenchError(fmt::format("--graph-reps: {} must be >= 0", opts.graph_reps));
   if (opts.warmup < 0) throw BenchError(fmt::format("--warmup: {} must be >= 0", opts.warmup));
   if (opts.num_splits < 0) throw BenchError(fmt::format("--splits: {} must be >= 0", opts.num_splits));
   if (opts.cache != "contiguous" && opts.cache != "paged" && opts.cache != "both")
@@ -1050,10 +1141,19 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
   json cases = json::array();
   auto write_json = [&](const std::string& error) {
     if (opts.json_path.empty()) return;
-    json options = {{"formats", opts.formats},     {"shapes", opts.shapes},   {"batch", opts.batch},
-                    {"iters", opts.iters},         {"warmup", opts.warmup},   {"num_splits", opts.num_splits},
-                    {"page_size", opts.page_size}, {"unequal", opts.unequal}, {"cache", opts.cache},
-                    {"append", opts.append},       {"check", opts.check},     {"seed", opts.seed}};
+    json options = {{"formats", opts.formats},
+                    {"shapes", opts.shapes},
+                    {"batch", opts.batch},
+                    {"iters", opts.iters},
+                    {"warmup", opts.warmup},
+                    {"num_splits", opts.num_splits},
+                    {"page_size", opts.page_size},
+                    {"unequal", opts.unequal},
+                    {"cache", opts.cache},
+                    {"append", opts.append},
+                    {"graph_reps", opts.graph_reps},
+                    {"check", opts.check},
+                    {"seed", opts.seed}};
     json ceilings = {{"copy_bytes", ceil.copy_bytes},
                      {"copy", stats_json(ceil.copy)},
                      {"copy_gbps", ceil.copy_gbps},
@@ -1108,7 +1208,7 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
     }
 
     out << table_row("shape", "format", "splits", "median µs", "bytes MB", "GB/s", "% ceil", "x BF16", "t/contig");
-    std::vector<std::string> append_lines;
+    std::vector<std::string> append_lines, graph_lines;
     const bool run_contiguous = opts.cache != "paged", run_paged = opts.cache != "contiguous";
     for (size_t si = 0; si < shapes.size(); ++si) {
       const Shape& shape = shapes[si];
@@ -1136,6 +1236,11 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
                               "{:>10.2f}\n",
                               shape.label(), fp.name(), r.append_us, r.append_bytes / 1e6, r.append_gbps,
                               r.time.median_us, r.append_pct_of_step, r.step_with_append_us, r.append_marginal_pct));
+              if (has_value(r.graph_append_us))
+                graph_lines.push_back(fmt::format("{:<32} {:<24} {:>9.2f} {:>10.2f} {:>10.2f} {:>11.2f} {:>10.2f}\n",
+                                                  shape.label(), fp.name(), r.graph_append_us, r.graph_step_us,
+                                                  r.graph_append_pct_of_step, r.graph_step_with_append_us,
+                                                  r.graph_marginal_pct));
             }
             out << table_row(shape.label(), name, std::to_string(r.num_splits), fmt::format("{:.2f}", r.time.median_us),
                              fmt::format("{:.2f}", r.bytes() / 1e6), fmt::format("{:.1f}", r.gbps),
@@ -1154,6 +1259,15 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
       out << fmt::format("{:<32} {:<24} {:>9} {:>9} {:>8} {:>10} {:>10} {:>11} {:>10}\n", "shape", "format",
                          "append µs", "bytes MB", "GB/s", "step µs", "% of step", "step+app µs", "marginal %");
       for (const std::string& line : append_lines) out << line;
+    }
+    if (!graph_lines.empty()) {
+      out << fmt::format(
+          "\nthe same, per step of a CUDA graph of {} decode steps (graphs replayed in turn; no per-launch event "
+          "floor):\n",
+          opts.graph_reps);
+      out << fmt::format("{:<32} {:<24} {:>9} {:>10} {:>10} {:>11} {:>10}\n", "shape", "format", "append µs", "step µs",
+                         "% of step", "step+app µs", "marginal %");
+      for (const std::string& line : graph_lines) out << line;
     }
   } catch (const std::exception& e) {
     write_json(e.what());

@@ -34,6 +34,10 @@ struct AttentionBenchOptions {
   // Paged cases also time the fused append (RoPE + quantize + write, one new token per sequence) alone and
   // followed by the attention as its programmatic dependent: us, GB/s, % of the decode step, marginal %.
   bool append = false;
+  // --append: also time `graph_reps` decode steps captured in one CUDA graph, as an engine replays a step:
+  // the append alone, the attention alone, and append + attention (PDL); replays of the two step graphs
+  // alternate, so the marginal cost is a difference of medians taken under the same conditions. 0 = off.
+  int graph_reps = 10;
   // Random sequence lengths in [T/2, T] (one draw per shape, shared by all formats) instead of all T.
   bool unequal = false;
   // Before timing, run every (shape heads, format) on a small problem and compare with the float64 CPU
@@ -65,9 +69,11 @@ void add_attention_bench_options(App* app, AttentionBenchOptions* o) {
   app->add_option("--warmup", o->warmup, "Untimed warm-up launches per case")->capture_default_str();
   app->add_option("--splits", o->num_splits, "Force the split-K count (0 = automatic)")->capture_default_str();
   app->add_option("--page-size", o->page_size, "Tokens per tile (power of two, 16..256)")->capture_default_str();
-  app->add_option("--cache", o->cache, "KV cache layout: contiguous, paged or both")
-      ->capture_default_str();
+  app->add_option("--cache", o->cache, "KV cache layout: contiguous, paged or both")->capture_default_str();
   app->add_flag("--append", o->append, "Also time the fused append kernel (B new tokens) per case");
+  app->add_option("--graph-reps", o->graph_reps,
+                  "--append: decode steps per CUDA graph for the graph-replay columns (0 = off)")
+      ->capture_default_str();
   app->add_flag("--unequal", o->unequal, "Random sequence lengths in [T/2, T] instead of all equal to T");
   app->add_flag("--check", o->check, "Check every format against the CPU reference on a small problem first");
   app->add_option("--seed", o->seed, "Seed of the random cache contents and lengths")->capture_default_str();

@@ -185,15 +185,27 @@ __device__ __forceinline__ RawRow<VPL> load_raw(const uint16_t* src, long long r
   return r;
 }
 
-// To float, with RoPE (K) through the warp's staging buffer (a dim's partner may sit in another lane).
+// To float, with RoPE (K) through the warp's staging buffers (a dim's partner may sit in another lane).
+// Each pair's sin and cos are computed once, by the lane that owns the pair (VPL / 2 consecutive pairs per
+// lane), and shared through `sc`; the frequencies come from the block's shared copy.
 template <int VPL>
 __device__ __forceinline__ void to_floats(const AppendKernelParams& p, const RawRow<VPL>& raw, bool rope, int position,
-                                          float* stage, int lane, float (&x)[VPL]) {
+                                          const double* inv_freq, float* stage, float2* sc, int lane, float (&x)[VPL]) {
 #pragma unroll
   for (int j = 0; j < VPL; ++j) x[j] = to_float(raw.bits[j], p.is_fp16 != 0);
   if (!rope || p.rope_style == 0) return;
 #pragma unroll
   for (int j = 0; j < VPL; ++j) stage[lane * VPL + j] = x[j];
+  constexpr int kPairsPerLane = VPL / 2 > 0 ? VPL / 2 : 1;
+#pragma unroll
+  for (int j = 0; j < kPairsPerLane; ++j) {
+    const int pair = lane * kPairsPerLane + j;
+    if (pair < p.rotary_dim / 2) {
+      float s, c;
+      rope::pair_sincos(inv_freq[pair], position, &s, &c);
+      sc[pair] = make_float2(s, c);
+    }
+  }
   __syncwarp();
 #pragma unroll
   for (int j = 0; j < VPL; ++j) {
@@ -202,7 +214,8 @@ __device__ __forceinline__ void to_floats(const AppendKernelParams& p, const Raw
       int partner, pair;
       bool first;
       rope::pair_of(p.rope_style, p.rotary_dim, d, &partner, &pair, &first);
-      x[j] = rope::rotate(first, x[j], stage[partner], p.inv_freq[pair], position);
+      const float2 v = sc[pair];
+      x[j] = rope::rotate_sc(first, x[j], stage[partner], v.x, v.y);
     }
   }
 }
@@ -279,9 +292,16 @@ template <int D>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) kv_append_kernel(const __grid_constant__ AppendKernelParams p) {
   constexpr int VPL = D / 32;
   __shared__ float stage_all[kWarpsPerBlock][D];
+  __shared__ float2 sincos_all[kWarpsPerBlock][D / 2];
+  __shared__ double inv_freq[kMaxRotaryPairs];
   // A decode-attention grid launched as our programmatic dependent may be scheduled now; it waits for this
   // grid's completion before it reads the cache.
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  // The frequencies sit in the parameter (constant) bank, where loads by different lanes of different
+  // addresses are serialized: copy them once per block, off the critical path (the barrier below comes
+  // before any dependent load returns).
+  if (p.rope_style != 0)
+    for (int k = threadIdx.x; k < p.rotary_dim / 2; k += blockDim.x) inv_freq[k] = p.inv_freq[k];
   const int lane = threadIdx.x % 32;
   // Warp (token i, head h, role): K and V of a row are independent, so they get a warp each (the chain
   // of dependent latencies per warp is what bounds this kernel).
@@ -289,11 +309,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kv_append_kernel(const __
   const int role = static_cast<int>(warp & 1);  // 0 K, 1 V
   const int h = static_cast<int>((warp >> 1) % p.num_kv_heads);
   const long long i = (warp >> 1) / p.num_kv_heads;  // new token (input row group)
-  if (i >= p.num_tokens) return;
+  const bool active = i < p.num_tokens;
 
   // The row does not depend on where it goes: load it first, so its latency overlaps the chain
   // start_pos -> block table below.
-  const RawRow<VPL> raw = load_raw<VPL>(role == 0 ? p.k : p.v, i * p.num_kv_heads + h, lane);
+  RawRow<VPL> raw{};
+  if (active) raw = load_raw<VPL>(role == 0 ? p.k : p.v, i * p.num_kv_heads + h, lane);
+  __syncthreads();  // inv_freq
+  if (!active) return;
 
   // Which sequence, and where in it.
   int b = static_cast<int>(i), run_start = static_cast<int>(i);
@@ -320,7 +343,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kv_append_kernel(const __
   uint8_t* tile = p.pool + page * p.page_bytes + side.base + static_cast<long long>(h) * side.tile_bytes;
 
   float x[VPL];
-  to_floats<VPL>(p, raw, role == 0, pos, stage_all[threadIdx.x / 32], lane, x);
+  to_floats<VPL>(p, raw, role == 0, pos, inv_freq, stage_all[threadIdx.x / 32], sincos_all[threadIdx.x / 32], lane, x);
   write_row<VPL>(p, side, role == 0, tile, token, page_size, lane, x);
 }
 

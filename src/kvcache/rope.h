@@ -82,13 +82,24 @@ inline double inv_freq(float theta, int i, int rotary_dim) {
   return std::pow(static_cast<double>(theta), -2.0 * i / rotary_dim);
 }
 
-// Rotated value of dim d (< rotary_dim) given itself and its partner: the pair (a, b) = (x[first],
-// x[second]) turns into (a c - b s, b c + a s).
-QDEC_HD float rotate(bool is_first, float self, float partner, double inv_freq_i, int position) {
+// sin and cos of pair i's angle at `position`, rounded to float (what the rotation uses).
+QDEC_HD void pair_sincos(double inv_freq_i, int position, float* s, float* c) {
   double sd, cd;
   sincos_ref(mul_rn(static_cast<double>(position), inv_freq_i), &sd, &cd);
-  const float s = static_cast<float>(sd), c = static_cast<float>(cd);
+  *s = static_cast<float>(sd);
+  *c = static_cast<float>(cd);
+}
+
+// Rotated value of dim d (< rotary_dim) given itself, its partner and its pair's sin and cos: the pair
+// (a, b) = (x[first], x[second]) turns into (a c - b s, b c + a s).
+QDEC_HD float rotate_sc(bool is_first, float self, float partner, float s, float c) {
   return is_first ? fmaf_rn(self, c, -mulf_rn(partner, s)) : fmaf_rn(self, c, mulf_rn(partner, s));
+}
+
+QDEC_HD float rotate(bool is_first, float self, float partner, double inv_freq_i, int position) {
+  float s, c;
+  pair_sincos(inv_freq_i, position, &s, &c);
+  return rotate_sc(is_first, self, partner, s, c);
 }
 
 // Partner dim and pair index of dim d (< rotary_dim): style 1 = rotate-half, 2 = interleaved.
