@@ -689,6 +689,8 @@ struct CaseResult {
   double graph_step_with_append_us = kNoValue;  // append, then attention as its programmatic dependent
   double graph_append_pct_of_step = kNoValue;   // graph_append_us / graph_step_us
   double graph_marginal_pct = kNoValue;         // (graph_step_with_append - graph_step) / graph_step
+  double graph_step_serial_us = kNoValue;       // append, then attention in plain stream order (no PDL)
+  double graph_serial_marginal_pct = kNoValue;  // (graph_step_serial - graph_step) / graph_step
 };
 
 // Launches per stream hold: 4 queue entries each (2 events, up to 2 kernels) stays far below the driver's
@@ -825,7 +827,11 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
   BENCH_CUDA(cudaMemcpyAsync(lens.get(), shape.seq_lens.data(), lens.bytes(), cudaMemcpyHostToDevice, stream));
   // Paged: every set shares one shuffled block table (the identity layout of a contiguous cache, permuted).
   const int num_pages = shape.batch * kl.pages_per_seq();
-  const std::vector<int32_t> table = paged ? shuffled_pages(num_pages, opts.seed ^ 0x9a9e) : std::vector<int32_t>{};
+  std::vector<int32_t> table;
+  if (paged) {
+    table = shuffled_pages(num_pages, opts.seed ^ 0x9a9e);
+    if (opts.page_order == "sequential") std::iota(table.begin(), table.end(), 0);
+  }
   DeviceBuffer d_table(table.size() * sizeof(int32_t));
   if (paged) BENCH_CUDA(cudaMemcpyAsync(d_table.get(), table.data(), d_table.bytes(), cudaMemcpyHostToDevice, stream));
   auto bind = [&](DecodeAttentionParams* p, void* k, void* v, void* pool) {
@@ -977,7 +983,14 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
         dp.programmatic_tail_tokens = 1;
         return decode_attention(dp, stream);
       });
-      const std::vector<double> med = time_graphs_interleaved(opts, {&g_append, &g_step, &g_pair});
+      StepGraph g_serial(stream, reps, what + " append,step graph", [&](int j) {
+        const size_t k = size_t(j) % append.size();
+        QDEC_RETURN_IF_ERROR(kv_append(append[k], stream));
+        return decode_attention(params[k], stream);
+      });
+      const std::vector<double> med = time_graphs_interleaved(opts, {&g_append, &g_step, &g_pair, &g_serial});
+      r.graph_step_serial_us = med[3];
+      r.graph_serial_marginal_pct = 100.0 * (med[3] - med[1]) / med[1];
       r.graph_append_us = med[0];
       r.graph_step_us = med[1];
       r.graph_step_with_append_us = med[2];
@@ -1074,7 +1087,9 @@ json case_json(const Shape& s, const FormatPair& fp, const AttentionBenchOptions
                               {"step_us", r.graph_step_us},
                               {"step_with_append_us", r.graph_step_with_append_us},
                               {"append_pct_of_step", r.graph_append_pct_of_step},
-                              {"marginal_pct_of_step", r.graph_marginal_pct}};
+                              {"marginal_pct_of_step", r.graph_marginal_pct},
+                              {"step_with_append_serial_us", r.graph_step_serial_us},
+                              {"serial_marginal_pct_of_step", r.graph_serial_marginal_pct}};
   }
   return j;
 }
@@ -1088,6 +1103,8 @@ std::string table_row(const std::string& shape, const std::string& format, const
 
 int run(const AttentionBenchOptions& opts, std::ostream& out) {
   if (opts.iters < 1) throw BenchError(fmt::format("--iters: {} must be >= 1", opts.iters));
+  if (opts.page_order != "shuffled" && opts.page_order != "sequential")
+    throw BenchError(fmt::format("--page-order: '{}' is not shuffled or sequential", opts.page_order));
   if (opts.graph_reps < 0) throw BenchError(fmt::format("--graph-reps: {} must be >= 0", opts.graph_reps));
   if (opts.warmup < 0) throw BenchError(fmt::format("--warmup: {} must be >= 0", opts.warmup));
   if (opts.num_splits < 0) throw BenchError(fmt::format("--splits: {} must be >= 0", opts.num_splits));
@@ -1141,19 +1158,13 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
   json cases = json::array();
   auto write_json = [&](const std::string& error) {
     if (opts.json_path.empty()) return;
-    json options = {{"formats", opts.formats},
-                    {"shapes", opts.shapes},
-                    {"batch", opts.batch},
-                    {"iters", opts.iters},
-                    {"warmup", opts.warmup},
-                    {"num_splits", opts.num_splits},
-                    {"page_size", opts.page_size},
-                    {"unequal", opts.unequal},
-                    {"cache", opts.cache},
-                    {"append", opts.append},
-                    {"graph_reps", opts.graph_reps},
-                    {"check", opts.check},
-                    {"seed", opts.seed}};
+    json options = {{"formats", opts.formats},       {"shapes", opts.shapes},
+                    {"batch", opts.batch},           {"iters", opts.iters},
+                    {"warmup", opts.warmup},         {"num_splits", opts.num_splits},
+                    {"page_size", opts.page_size},   {"unequal", opts.unequal},
+                    {"cache", opts.cache},           {"append", opts.append},
+                    {"graph_reps", opts.graph_reps}, {"page_order", opts.page_order},
+                    {"check", opts.check},           {"seed", opts.seed}};
     json ceilings = {{"copy_bytes", ceil.copy_bytes},
                      {"copy", stats_json(ceil.copy)},
                      {"copy_gbps", ceil.copy_gbps},
@@ -1237,10 +1248,11 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
                               shape.label(), fp.name(), r.append_us, r.append_bytes / 1e6, r.append_gbps,
                               r.time.median_us, r.append_pct_of_step, r.step_with_append_us, r.append_marginal_pct));
               if (has_value(r.graph_append_us))
-                graph_lines.push_back(fmt::format("{:<32} {:<24} {:>9.2f} {:>10.2f} {:>10.2f} {:>11.2f} {:>10.2f}\n",
-                                                  shape.label(), fp.name(), r.graph_append_us, r.graph_step_us,
-                                                  r.graph_append_pct_of_step, r.graph_step_with_append_us,
-                                                  r.graph_marginal_pct));
+                graph_lines.push_back(
+                    fmt::format("{:<32} {:<24} {:>9.2f} {:>10.2f} {:>10.2f} {:>11.2f} {:>10.2f} {:>11.2f} {:>10.2f}\n",
+                                shape.label(), fp.name(), r.graph_append_us, r.graph_step_us,
+                                r.graph_append_pct_of_step, r.graph_step_with_append_us, r.graph_marginal_pct,
+                                r.graph_step_serial_us, r.graph_serial_marginal_pct));
             }
             out << table_row(shape.label(), name, std::to_string(r.num_splits), fmt::format("{:.2f}", r.time.median_us),
                              fmt::format("{:.2f}", r.bytes() / 1e6), fmt::format("{:.1f}", r.gbps),
@@ -1265,8 +1277,9 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
           "\nthe same, per step of a CUDA graph of {} decode steps (graphs replayed in turn; no per-launch event "
           "floor):\n",
           opts.graph_reps);
-      out << fmt::format("{:<32} {:<24} {:>9} {:>10} {:>10} {:>11} {:>10}\n", "shape", "format", "append µs", "step µs",
-                         "% of step", "step+app µs", "marginal %");
+      out << "(pdl: the attention as the append's programmatic dependent; serial: plain stream order)\n";
+      out << fmt::format("{:<32} {:<24} {:>9} {:>10} {:>10} {:>11} {:>10} {:>11} {:>10}\n", "shape", "format",
+                         "append µs", "step µs", "% of step", "pdl µs", "pdl marg %", "serial µs", "serial m %");
       for (const std::string& line : graph_lines) out << line;
     }
   } catch (const std::exception& e) {

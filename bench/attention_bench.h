@@ -38,6 +38,10 @@ struct AttentionBenchOptions {
   // the append alone, the attention alone, and append + attention (PDL); replays of the two step graphs
   // alternate, so the marginal cost is a difference of medians taken under the same conditions. 0 = off.
   int graph_reps = 10;
+  // Paged pools: "shuffled" (a random page permutation, the default) or "sequential" (page j of sequence b at
+  // b * pages_per_seq + j: the contiguous layout read through a block table; isolates the table's cost from
+  // the memory system's cost of scattered pages).
+  std::string page_order = "shuffled";
   // Random sequence lengths in [T/2, T] (one draw per shape, shared by all formats) instead of all T.
   bool unequal = false;
   // Before timing, run every (shape heads, format) on a small problem and compare with the float64 CPU
@@ -74,6 +78,7 @@ void add_attention_bench_options(App* app, AttentionBenchOptions* o) {
   app->add_option("--graph-reps", o->graph_reps,
                   "--append: decode steps per CUDA graph for the graph-replay columns (0 = off)")
       ->capture_default_str();
+  app->add_option("--page-order", o->page_order, "Paged pools: shuffled or sequential pages")->capture_default_str();
   app->add_flag("--unequal", o->unequal, "Random sequence lengths in [T/2, T] instead of all equal to T");
   app->add_flag("--check", o->check, "Check every format against the CPU reference on a small problem first");
   app->add_option("--seed", o->seed, "Seed of the random cache contents and lengths")->capture_default_str();
