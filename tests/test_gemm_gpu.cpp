@@ -193,6 +193,18 @@ std::vector<Case> gemm_cases() {
       v.push_back({fmt, d, 1, 33, 100, GemmPath::kFused, 0, Activation::kNone, false, d});
     }
   }
+  // Long slices through the fused kernel's unrolled ring blocks, whose group ends sit at fixed positions: every
+  // tiles-per-group count (int4 g32: two groups per tile, g64: 1, g128: 2; int8 g32: 1, g64: 2, g128: 4; per
+  // channel: none), the K tail (K = 4160: the last int4 g128 group is one tile), one and two splits, both token
+  // tiles of the decode sizes (M = 1, 5: MT 1; M = 16: MT 2).
+  for (const char* fmt :
+       {"int4-g32", "int4-g64", "int4-g128", "int4", "int4zp-g64", "int8-g32", "int8-g64", "int8-g128", "int8"}) {
+    for (GemmDType d : {bf, hf}) {
+      for (int m : {1, 5, 16}) {
+        for (int s : {1, 2}) v.push_back({fmt, d, m, 200, 4160, GemmPath::kFused, s, Activation::kNone, false, d});
+      }
+    }
+  }
   // The dequantize + cuBLASLt path in two row chunks (24 MiB of scratch holds 3072 rows of K = 4096).
   v.push_back({"int4-g128", bf, 2, 3100, 4096, GemmPath::kDequantCublas, 0, Activation::kReLU, true, bf});
   v.push_back({"int8", hf, 3, 3100, 4096, GemmPath::kDequantCublas, 0, Activation::kNone, false, GemmDType::kFP32});

@@ -13,11 +13,14 @@
 //   (every weight byte is read once, so it should not displace X or the split-K partials in L2), into a
 //   per-warp ring of kDepth shared-memory stages (one cp.async group per tile; a stage is refilled with the tile
 //   kDepth ahead as soon as its tile has been read out), so that every warp keeps kDepth - 1 .. kDepth tiles in
-//   flight without spending registers on them (QDEC_FUSED_SMEM_RING 0: a register ring of ld.global.nc loads).
-// - B fragments by ldmatrix.x4 (two k-steps per instruction); two accumulator sets (even / odd k-steps) for
-//   M <= 16; group boundaries are handled per tile, so the inner loop carries no per-k-step bookkeeping.
-// - The CTA's X slice is staged once in shared memory (rows padded by 16 bytes: conflict-free B fragments),
-//   with the per-(token, group) sums of X and the slice's scales.
+//   flight without spending registers on them.
+// - The issue rate is the limit (every instruction per 512-byte tile costs bandwidth), so the main loop is
+//   unrolled over whole ring blocks with the scale-group ends at fixed positions: the first MMA of a group
+//   overwrites the group accumulators (no zeroing), a group flush is one 16-byte shared load of fp32 scale and
+//   offset (converted once per CTA in the prologue, the magic number and the zero point folded in) plus one
+//   8-byte load of X sums and two FMAs per accumulator; B fragments by ldmatrix.x4 (two k-steps each).
+// - The CTA's X slice is staged once in shared memory (rows padded by 16 bytes: conflict-free B fragments);
+//   the per-(token, group) sums of X are computed from it by the tensor cores (A = ones).
 // - Dequantization in registers computes on exact codes, never on scaled values: int4 by one AND+OR into the
 //   mantissa of a magic number (fp16 1024 + q, or 1024 + 16q for the rows g+8 so that one shift serves
 //   two registers; bf16 128 + q), int8 by a byte permute into fp16 1024 + (q + 128) or an exact bf16 q.
@@ -67,16 +70,13 @@ struct FusedParams {
 };
 
 // Build-time tuning knobs (defaults measured best on the H200, docs/gemm.md): resident CTAs per SM the kernel is
-// compiled for (its register cap; the split planner fills that many) and the weight ring depth, for M <= 8 (MT 1)
-// and M <= 16 (MT 2).
-#ifndef QDEC_FUSED_SMEM_RING  // 1: the weight ring is cp.async stages in shared memory; 0: registers
-#define QDEC_FUSED_SMEM_RING 1
-#endif
+// compiled for (its register cap; the split planner fills that many) and the weight ring depth (tiles in flight
+// per warp), for M <= 8 (MT 1) and M <= 16 (MT 2).
 #ifndef QDEC_FUSED_MT1_BLOCKS
 #define QDEC_FUSED_MT1_BLOCKS 4
 #endif
 #ifndef QDEC_FUSED_MT1_DEPTH
-#define QDEC_FUSED_MT1_DEPTH 8
+#define QDEC_FUSED_MT1_DEPTH 4
 #endif
 #ifndef QDEC_FUSED_MT2_BLOCKS
 #define QDEC_FUSED_MT2_BLOCKS 3
@@ -91,16 +91,23 @@ __host__ __device__ constexpr int fused_depth(int mt) {
   return mt == 1 ? QDEC_FUSED_MT1_DEPTH : mt == 2 ? QDEC_FUSED_MT2_DEPTH : 4;
 }
 
-// Dynamic shared memory of a launch: X slice, scale slice, group sums.
-// Weight ring (kDepth stages x 8 warps x 512 bytes), X slice (at MT = 1 only min(M, 8) rows are staged), scale
-// slice, group sums.
+// Dynamic shared memory of a launch: weight ring (kDepth stages x 8 warps x 512 bytes), X slice (at MT = 1 only
+// min(M, 8) rows are staged), per-(segment, row pair) fp32 scale/offset (16 bytes), the fp16 meta it is converted
+// from (4 bytes per segment and row), per-(segment, token) X sums (partials of up to max(n_seg, 8) tasks, then the
+// reduced n_seg rows).
 __host__ __device__ constexpr int fused_x_rows(int mt, int m) {
   return mt == 1 ? (m < 8 ? m : 8) : mt * 8;
 }
-__host__ __device__ constexpr int fused_smem_bytes(int mt, int m, int kc, int n_seg, int meta_entry) {
-  return QDEC_FUSED_SMEM_RING * fused_depth(mt) * kWarps * 512 + fused_x_rows(mt, m) * (kc + kXPadHalves) * 2 +
-         n_seg * kBlockN * meta_entry + mt * 8 * n_seg * 4 + 16;
+__host__ __device__ constexpr int fused_xsum_tasks(int n_seg) {
+  return n_seg < 8 ? 8 : n_seg;
 }
+__host__ __device__ constexpr int fused_smem_bytes(int mt, int m, int kc, int n_seg) {
+  return fused_depth(mt) * kWarps * 512 + fused_x_rows(mt, m) * (kc + kXPadHalves) * 2 + n_seg * (kBlockN / 2) * 16 +
+         n_seg * kBlockN * 4 + (fused_xsum_tasks(n_seg) + n_seg) * mt * 8 * 4;
+}
+// Shared memory one SM offers its CTAs (H100 / H200: 228 KiB) and what the runtime reserves per CTA.
+constexpr int kSmemPerSm = 228 * 1024;
+constexpr int kSmemReservedPerCta = 1024;
 
 // ---- Register helpers -------------------------------------------------------------------------------------
 using ptx::cp_async16;
@@ -119,7 +126,6 @@ __device__ __forceinline__ uint32_t and_xor(uint32_t a, uint32_t b, uint32_t c) 
   asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
 }
-
 
 // Four 8x8 b16 matrices from shared memory (row addresses from lanes 0-7, 8-15, 16-23, 24-31): with X rows as
 // the matrix rows, register i of lane (g, t) is X[g][k_i + 2t .. 2t + 1], i.e. the B fragments b0, b1 of two
@@ -145,6 +151,59 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+// cp.async.wait_group with a count known only after unrolling (the switch folds away).
+__device__ __forceinline__ void cp_async_wait_pending(int n) {
+  switch (n) {
+    case 0:
+      cp_async_wait_group<0>();
+      break;
+    case 1:
+      cp_async_wait_group<1>();
+      break;
+    case 2:
+      cp_async_wait_group<2>();
+      break;
+    case 3:
+      cp_async_wait_group<3>();
+      break;
+    case 4:
+      cp_async_wait_group<4>();
+      break;
+    case 5:
+      cp_async_wait_group<5>();
+      break;
+    case 6:
+      cp_async_wait_group<6>();
+      break;
+    case 7:
+      cp_async_wait_group<7>();
+      break;
+    case 8:
+      cp_async_wait_group<8>();
+      break;
+    case 9:
+      cp_async_wait_group<9>();
+      break;
+    case 10:
+      cp_async_wait_group<10>();
+      break;
+    case 11:
+      cp_async_wait_group<11>();
+      break;
+    case 12:
+      cp_async_wait_group<12>();
+      break;
+    case 13:
+      cp_async_wait_group<13>();
+      break;
+    case 14:
+      cp_async_wait_group<14>();
+      break;
+    default:
+      cp_async_wait_all();
+      break;
+  }
+}
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   uint4 r;
   asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(addr));
@@ -156,17 +215,6 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t p;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
   return p;
-}
-
-
-// 16-byte streaming load (the register ring): read-only path, no L1 allocation, L2 evict-first. volatile keeps
-// it where it is written (ahead of later MMAs).
-__device__ __forceinline__ uint4 ld_stream(const void* ptr, uint64_t policy) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(ptr), "l"(policy));
-  return r;
 }
 
 // Format constants. v is the value the MMA sees; w = s_row * v + (o - kMagic * s_row) with s_row = s for rows
@@ -238,17 +286,52 @@ __device__ __forceinline__ void store_y(void* y, long long idx, float v, int y_d
   }
 }
 
+// D (16x8 fp32) = A (16x16) * B (16x8) + (kZero ? 0 : D). Not volatile: the scheduler may interleave MMAs with
+// the unpacking of the next k-steps. kZero starts a scale group without zeroing its accumulators first.
+template <bool BF16, bool kZero>
+__device__ __forceinline__ void mma_acc(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kZero) {
+    if constexpr (BF16) {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%10,%10,%10,%10};\n"
+          : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+    } else {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%10,%10,%10,%10};\n"
+          : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+    }
+  } else {
+    if constexpr (BF16) {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%0,%1,%2,%3};\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%0,%1,%2,%3};\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+  }
+}
+
 // BITS: 4 (int4 and int4-zp) or 8 (int8). BF16: X (and the MMA) in bf16, else fp16. MT: token tiles of 8.
 // kDepth: weight tiles in flight per warp, through a shared-memory ring of cp.async stages (tile c + kDepth is
 // requested as soon as tile c is consumed, so kDepth - 1 .. kDepth tiles are always outstanding, without the
 // registers a register ring would need).
 template <int BITS, bool BF16, int MT>
-__global__ void __launch_bounds__(kThreads, fused_min_blocks(MT)) fused_gemm_kernel(const __grid_constant__ FusedParams p) {
+__global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
+    fused_gemm_kernel(const __grid_constant__ FusedParams p) {
   using D = Dequant<BITS, BF16>;
   constexpr int kDepth = fused_depth(MT);
-  // Two accumulator sets (even / odd k-steps) halve the dependent-MMA chain where registers allow.
-  constexpr bool kTwoSets = MT <= 2;
   constexpr int kRows = MT * 8;
+  constexpr int kMetaRowPairs = kBlockN / 2;  // (row g, row g + 8) pairs of a CTA
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -257,15 +340,18 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT)) fused_gemm_ker
   const int k0 = split * p.kc;
   const int k1 = min(k0 + p.kc, p.k_pad);
   const int slice = k1 - k0;
-  const int n_seg = p.group_k >= p.k_pad ? 1 : (slice + p.group_k - 1) / p.group_k;
+  const bool per_channel = p.group_k >= p.k_pad;
+  const int seg_len = per_channel ? slice : p.group_k;
+  const int n_seg = (slice + seg_len - 1) / seg_len;
   const int xs_stride = p.kc + kXPadHalves;
 
   const int xrows = min(p.m, kRows);
   const uint32_t ring_sh = static_cast<uint32_t>(__cvta_generic_to_shared(smem));  // [kDepth][kWarps][512 B]
-  constexpr bool kSmemRing = QDEC_FUSED_SMEM_RING != 0;
-  uint16_t* x_sh = reinterpret_cast<uint16_t*>(smem + (kSmemRing ? kDepth * kWarps * 512 : 0));
-  uint8_t* meta_sh = reinterpret_cast<uint8_t*>(x_sh) + fused_x_rows(MT, p.m) * xs_stride * 2;
-  float* xsum_sh = reinterpret_cast<float*>(meta_sh + n_seg * kBlockN * D::kMetaEntry);
+  uint16_t* x_sh = reinterpret_cast<uint16_t*>(smem + kDepth * kWarps * 512);
+  float4* meta_sh = reinterpret_cast<float4*>(x_sh + fused_x_rows(MT, p.m) * xs_stride);  // [n_seg][64]
+  uint8_t* meta16_sh = reinterpret_cast<uint8_t*>(meta_sh + n_seg * kMetaRowPairs);       // [n_seg][128] fp16
+  float* xpart_sh = reinterpret_cast<float*>(meta16_sh + n_seg * kBlockN * 4);            // [tasks][kRows]
+  float* xsum_sh = xpart_sh + fused_xsum_tasks(n_seg) * kRows;                            // [n_seg][kRows]
   __shared__ int is_last_sh;
 
   const int nt = nb * kWarps + warp;  // this warp's 16-row tile
@@ -279,21 +365,20 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT)) fused_gemm_ker
   // This lane's 16 bytes of ring stage u.
   const uint32_t ring_lane = ring_sh + static_cast<uint32_t>((warp * 512) + lane * 16);
   auto ring_addr = [&](int u) { return ring_lane + static_cast<uint32_t>(u * kWarps * 512); };
-  uint4 ring[kSmemRing ? 1 : kDepth];  // the register ring (QDEC_FUSED_SMEM_RING 0)
-  if constexpr (!kSmemRing) {
-#pragma unroll
-    for (int u = 0; u < kDepth; ++u) {
-      if (active && u < nch) ring[u] = ld_stream(w_gl + static_cast<size_t>(u) * 512, policy);
-    }
-  }
 
-  // ---- Stage X[0 .. rows) x [k0, k1) (zeros past K), the slice's meta, then the group sums. Token rows >= M
-  // only feed MMA output columns that are never stored: at MT = 1 they are not staged at all (their ldmatrix
-  // rows read row M - 1), above they are zero-filled; their group sums are never written (reads clamp).
+  // B fragments by ldmatrix: lane l addresses X row (l % 8) of each token tile at k offset 8 * (l / 8), so one
+  // ldmatrix.x4 yields b0, b1 of two consecutive k-steps. Rows are 16-byte padded: conflict-free. At MT = 1
+  // token rows >= M read row M - 1 (their MMA columns are never stored).
+  const int lrow = MT == 1 ? min(lane & 7, xrows - 1) : (lane & 7);
+  const uint32_t xb_lane = static_cast<uint32_t>(__cvta_generic_to_shared(x_sh)) +
+                           static_cast<uint32_t>((lrow * xs_stride + 8 * (lane >> 3)) * 2);
+  const uint32_t xj_stride = static_cast<uint32_t>(8 * xs_stride * 2);  // bytes between token tiles
+
+  const float* xsum = xpart_sh;  // [n_seg][kRows] sums of X per (segment, token)
+  // ---- Prologue: stage X[0 .. rows) x [k0, k1) (zeros past K) and the slice's meta by cp.async, request the
+  // first kDepth weight tiles, then (once the staging has landed) convert the scales to fp32 and sum X per group.
   {
     const int zrows = MT == 1 ? xrows : kRows;
-    // Every global read of the staging is a cp.async, so that all of them are in flight at once (a load +
-    // shared store loop waits out one memory latency per iteration).
     const uint16_t* x_gl = static_cast<const uint16_t*>(p.x);
     if (p.x_vec) {
       const int vecs = slice / 8;
@@ -316,114 +401,125 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT)) fused_gemm_ker
         }
       }
     }
-    // Meta: per segment, the CTA's 128 rows are contiguous (group-major layout): 16-byte pieces of 4 (int4) or
-    // 8 (int8) rows; pieces past n_pad or past the last group are zero.
-    const int g_first = p.group_k >= p.k_pad ? 0 : k0 / p.group_k;
-    constexpr int kPieceRows = 16 / D::kMetaEntry;
-    constexpr int kPieces = kBlockN / kPieceRows;
-    for (int i = threadIdx.x; i < n_seg * kPieces; i += kThreads) {
-      const int seg = i / kPieces, row = nb * kBlockN + (i % kPieces) * kPieceRows, grp = g_first + seg;
-      uint8_t* dst = meta_sh + static_cast<size_t>(i) * 16;
-      if (row < p.n_pad && grp < p.num_groups) {
-        cp_async16(dst, p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * D::kMetaEntry);
-      } else {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-      }
-    }
-    cp_async_commit();  // group: the staging
-    // The first kDepth weight tiles, one cp.async group each (empty groups past the slice keep the count), so
-    // that their latency overlaps the staging; the staging group is older and completes first.
-    if constexpr (kSmemRing) {
-#pragma unroll
-      for (int u = 0; u < kDepth; ++u) {
-        if (active && u < nch) cp_async16_hint(ring_addr(u), w_gl + static_cast<size_t>(u) * 512, policy);
-        cp_async_commit();
-      }
-      cp_async_wait_group<kDepth>();
-    } else {
-      cp_async_wait_all();
-    }
-    __syncthreads();
-    // Group sums of X: one warp per (token < M, segment).
-    const int seg_len = p.group_k >= p.k_pad ? slice : p.group_k;
-    for (int r = 0; r < xrows; ++r) {
-      const uint16_t* xr = x_sh + r * xs_stride;
-      for (int sg = warp; sg < n_seg; sg += kWarps) {
-        const int c0 = sg * seg_len, c1 = min(slice, c0 + seg_len);
-        float s = 0.f;
-        for (int c = c0 + 2 * lane; c < c1; c += 64) {
-          const uint32_t two = *reinterpret_cast<const uint32_t*>(xr + c);
-          if constexpr (BF16) {
-            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&two));
-            s += f.x + f.y;
-          } else {
-            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&two));
-            s += f.x + f.y;
-          }
+    // The slice's meta (fp16; per segment the CTA's 128 rows are contiguous: 16-byte pieces of 4 (int4) or 8
+    // (int8) rows; pieces past n_pad or past the last group are zero), in the same group as X, ahead of the
+    // weight tiles so that the prologue does not wait behind them.
+    const int g_first = per_channel ? 0 : k0 / p.group_k;
+    {
+      constexpr int kPieceRows = 16 / D::kMetaEntry;
+      constexpr int kPieces = kBlockN / kPieceRows;
+      for (int i = threadIdx.x; i < n_seg * kPieces; i += kThreads) {
+        const int seg = i / kPieces, row = nb * kBlockN + (i % kPieces) * kPieceRows, grp = g_first + seg;
+        uint8_t* dst = meta16_sh + static_cast<size_t>(seg) * kBlockN * 4 + (i % kPieces) * 16;
+        if (row < p.n_pad && grp < p.num_groups) {
+          cp_async16(dst, p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * D::kMetaEntry);
+        } else {
+          *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
         }
+      }
+    }
+    cp_async_commit();  // group: the X and meta staging
+    // The first kDepth weight tiles, one cp.async group each (empty groups past the slice keep the count).
 #pragma unroll
-        for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
-        if (lane == 0) xsum_sh[r * n_seg + sg] = s;
+    for (int u = 0; u < kDepth; ++u) {
+      if (active && u < nch) cp_async16_hint(ring_addr(u), w_gl + static_cast<size_t>(u) * 512, policy);
+      cp_async_commit();
+    }
+    cp_async_wait_group<kDepth>();  // the staging group (older than the weight tiles) has landed
+    __syncthreads();
+    // Scales: per (segment, row pair g / g + 8 of a warp) the fp32 (s_g, o_g, s_g+8, o_g+8) the group flush
+    // applies, with the magic number, the zero point and the x1/16 of the fp16 int4 rows g + 8 folded in, so
+    // that a flush is one 16-byte shared load. Rows past n_pad and groups past K are zero.
+    for (int e = threadIdx.x; e < n_seg * kMetaRowPairs; e += kThreads) {
+      const int seg = e / kMetaRowPairs, rp = e % kMetaRowPairs;
+      const int lr0 = (rp / 8) * 16 + (rp % 8);  // CTA-local row g of warp rp / 8
+      const uint8_t* m16 = meta16_sh + static_cast<size_t>(seg) * kBlockN * 4;
+      float s0, s1, o0 = 0.f, o1 = 0.f;
+      if constexpr (BITS == 4) {
+        const float2 f0 = __half22float2(reinterpret_cast<const __half2*>(m16)[lr0]);
+        const float2 f1 = __half22float2(reinterpret_cast<const __half2*>(m16)[lr0 + 8]);
+        s0 = f0.x;
+        s1 = f1.x;
+        o0 = p.zero_point ? -f0.y * f0.x : f0.y;
+        o1 = p.zero_point ? -f1.y * f1.x : f1.y;
+      } else {
+        s0 = __half2float(reinterpret_cast<const __half*>(m16)[lr0]);
+        s1 = __half2float(reinterpret_cast<const __half*>(m16)[lr0 + 8]);
+      }
+      const float se0 = s0, se1 = s1 * D::kHiRowScale;
+      meta_sh[e] = make_float4(se0, o0 - D::kMagic * se0, se1, o1 - D::kMagic * se1);
+    }
+    // Group sums of X by the tensor cores: A = ones, so every row of D is sum_k X[token][k]. Tasks are
+    // (segment, part): with fewer than 8 segments each is split into parts, so that all warps help.
+    const int seg_units = seg_len / 32;  // ldmatrix.x4 steps (32 K values) per segment
+    const int ps = max(1, min(kWarps / n_seg, seg_units));
+    const int tasks = n_seg * ps;
+    const uint32_t ones = BF16 ? 0x3F803F80u : 0x3C003C00u;
+    const uint32_t a1[4] = {ones, ones, ones, ones};
+    const int units = slice / 32;
+    for (int task = warp; task < tasks; task += kWarps) {
+      const int seg = task / ps, part = task % ps;
+      const int u0 = seg * seg_units, nu = min(u0 + seg_units, units) - u0;
+      const int ua = u0 + part * nu / ps, ub = u0 + (part + 1) * nu / ps;
+      float s[MT][4];
+#pragma unroll
+      for (int j = 0; j < MT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[j][i] = 0.f;
+      for (int u = ua; u < ub; ++u) {
+#pragma unroll
+        for (int j = 0; j < MT; ++j) {
+          uint32_t b[4];
+          ldmatrix_x4(b, xb_lane + j * xj_stride + static_cast<uint32_t>(u * 64));
+          mma_acc<BF16, false>(s[j], a1, b[0], b[1]);
+          mma_acc<BF16, false>(s[j], a1, b[2], b[3]);
+        }
+      }
+      if (g == 0) {
+#pragma unroll
+        for (int j = 0; j < MT; ++j)
+          *reinterpret_cast<float2*>(xpart_sh + task * kRows + j * 8 + 2 * t) = make_float2(s[j][0], s[j][1]);
       }
     }
     __syncthreads();
+    if (ps > 1) {  // reduce the parts (uniform branch)
+      for (int i = threadIdx.x; i < n_seg * kRows; i += kThreads) {
+        const int seg = i / kRows, r = i % kRows;
+        float s = 0.f;
+        for (int q = 0; q < ps; ++q) s += xpart_sh[(seg * ps + q) * kRows + r];
+        xsum_sh[i] = s;
+      }
+      __syncthreads();
+      xsum = xsum_sh;
+    }
   }
 
-  float acc[MT][4], g0[MT][4], g1[MT][4];
+  float acc[MT][4], ga[MT][4];
 #pragma unroll
   for (int j = 0; j < MT; ++j)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = g0[j][i] = g1[j][i] = 0.f;
+    for (int i = 0; i < 4; ++i) acc[j][i] = ga[j][i] = 0.f;
 
-  // Group boundaries at tile granularity: a group is tiles_per_group whole tiles, or (int4 g32) half a tile.
-  const bool half_tile_groups = p.group_k < D::kChunkK;
-  const int tiles_per_group = p.group_k >= p.k_pad ? (1 << 30) : max(1, p.group_k / D::kChunkK);
-  int seg = 0, tiles_in_seg = 0;
-  const int lrow0 = warp * 16 + g;  // CTA-local rows of this lane's accumulators: lrow0 and lrow0 + 8
-
-  auto flush = [&]() {
-    float s0, s1, o0, o1;
-    if constexpr (D::kMetaEntry == 4) {
-      const __half2 m0 = reinterpret_cast<const __half2*>(meta_sh)[seg * kBlockN + lrow0];
-      const __half2 m1 = reinterpret_cast<const __half2*>(meta_sh)[seg * kBlockN + lrow0 + 8];
-      s0 = __low2float(m0);
-      s1 = __low2float(m1);
-      o0 = p.zero_point ? -__high2float(m0) * s0 : __high2float(m0);
-      o1 = p.zero_point ? -__high2float(m1) * s1 : __high2float(m1);
-    } else {
-      s0 = __half2float(reinterpret_cast<const __half*>(meta_sh)[seg * kBlockN + lrow0]);
-      s1 = __half2float(reinterpret_cast<const __half*>(meta_sh)[seg * kBlockN + lrow0 + 8]);
-      o0 = o1 = 0.f;
-    }
-    const float se0 = s0, se1 = s1 * D::kHiRowScale;
-    const float oe0 = o0 - D::kMagic * se0, oe1 = o1 - D::kMagic * se1;
+  // Group flush: acc += s * group_acc + (o - magic * s) * sum_group(X), per row (g, g + 8) and token.
+  const float4* meta_lane = meta_sh + warp * 8 + g;
+  const float* xsum_lane = xsum + 2 * t;
+  auto flush = [&](int seg) {
+    const float4 mm = meta_lane[seg * kMetaRowPairs];
 #pragma unroll
     for (int j = 0; j < MT; ++j) {
-      const float xa = xsum_sh[min(j * 8 + 2 * t, xrows - 1) * n_seg + seg];
-      const float xb = xsum_sh[min(j * 8 + 2 * t + 1, xrows - 1) * n_seg + seg];
-      // acc += s * (g0 + g1) + o * sum(X), as an FMA chain.
-      const float sc[4] = {se0, se0, se1, se1}, oc[4] = {oe0, oe0, oe1, oe1}, xc[4] = {xa, xb, xa, xb};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float a = fmaf(oc[i], xc[i], acc[j][i]);
-        a = fmaf(sc[i], g0[j][i], a);
-        if constexpr (kTwoSets) a = fmaf(sc[i], g1[j][i], a);
-        acc[j][i] = a;
-        g0[j][i] = g1[j][i] = 0.f;
-      }
+      const float2 xs = *reinterpret_cast<const float2*>(xsum_lane + seg * kRows + j * 8);
+      acc[j][0] = fmaf(mm.y, xs.x, fmaf(mm.x, ga[j][0], acc[j][0]));
+      acc[j][1] = fmaf(mm.y, xs.y, fmaf(mm.x, ga[j][1], acc[j][1]));
+      acc[j][2] = fmaf(mm.w, xs.x, fmaf(mm.z, ga[j][2], acc[j][2]));
+      acc[j][3] = fmaf(mm.w, xs.y, fmaf(mm.z, ga[j][3], acc[j][3]));
     }
-    ++seg;
   };
-
-  // B fragments by ldmatrix: lane l addresses X row (l % 8) of each token tile at k offset 8 * (l / 8), so one
-  // ldmatrix.x4 yields b0, b1 of two consecutive k-steps. Rows are 16-byte padded: conflict-free.
-  const int lrow = MT == 1 ? min(lane & 7, xrows - 1) : (lane & 7);
-  const uint32_t xb_lane = static_cast<uint32_t>(__cvta_generic_to_shared(x_sh)) +
-                           static_cast<uint32_t>((lrow * xs_stride + 8 * (lane >> 3)) * 2);
-  // kHalf (int4 g32): a group is two k-steps, flushed inside the tile; else groups are whole tiles.
-  auto compute_tile = [&](const uint4& v, int c, auto half_tag) {
+  // One tile: kKSteps k-steps, two per ldmatrix.x4 of each token tile. kZeroFirst: the tile starts a group
+  // (its first MMA overwrites the group accumulators). kHalf (int4 g32): every pair of k-steps is a group of
+  // its own, flushed here (segments seg_base, seg_base + 1).
+  auto tile = [&](const uint4& v, uint32_t xt, auto zero_tag, auto half_tag, int seg_base) {
+    constexpr bool kZeroFirst = decltype(zero_tag)::value;
     constexpr bool kHalf = decltype(half_tag)::value;
-    const uint32_t xa = xb_lane + static_cast<uint32_t>(c * D::kChunkK * 2);
 #pragma unroll
     for (int h = 0; h < D::kKSteps / 2; ++h) {
       uint32_t a0[4], a1[4];
@@ -432,57 +528,98 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT)) fused_gemm_ker
 #pragma unroll
       for (int j = 0; j < MT; ++j) {
         uint32_t b[4];
-        ldmatrix_x4(b, xa + static_cast<uint32_t>((j * 8 * xs_stride + h * 32) * 2));
-        mma16816<BF16>(g0[j], a0, b[0], b[1]);
-        if constexpr (kTwoSets) {
-          mma16816<BF16>(g1[j], a1, b[2], b[3]);
+        ldmatrix_x4(b, xt + j * xj_stride + static_cast<uint32_t>(h * 64));
+        if (kHalf || (kZeroFirst && h == 0)) {
+          mma_acc<BF16, true>(ga[j], a0, b[0], b[1]);
         } else {
-          mma16816<BF16>(g0[j], a1, b[2], b[3]);
+          mma_acc<BF16, false>(ga[j], a0, b[0], b[1]);
         }
+        mma_acc<BF16, false>(ga[j], a1, b[2], b[3]);
       }
-      if constexpr (kHalf) flush();
-    }
-    if constexpr (!kHalf) {
-      if (++tiles_in_seg == tiles_per_group) {
-        flush();
-        tiles_in_seg = 0;
-      }
-    }
-  };
-  // Two copies of the main loop, so that neither carries the other's group bookkeeping.
-  // Tile c sits in ring stage c % kDepth: wait for its group (kDepth - 1 younger ones may stay in flight),
-  // read it, compute, refill the stage with tile c + kDepth (every lane reads only the 16 bytes it copied itself,
-  // so no barrier is needed), commit one group per tile.
-  auto main_loop = [&](auto half_tag) {
-    const uint8_t* wp = w_gl + kDepth * 512;  // the tile kDepth ahead
-    for (int c0 = 0; c0 < nch; c0 += kDepth) {
-#pragma unroll
-      for (int u = 0; u < kDepth; ++u) {
-        const int c = c0 + u;
-        if (c < nch) {
-          if constexpr (kSmemRing) {
-            cp_async_wait_group<kDepth - 1>();
-            const uint4 v = lds128(ring_addr(u));
-            compute_tile(v, c, half_tag);
-            if (c + kDepth < nch) cp_async16_hint(ring_addr(u), wp, policy);
-            cp_async_commit();
-          } else {
-            compute_tile(ring[u], c, half_tag);
-            if (c + kDepth < nch) ring[u] = ld_stream(wp, policy);
-          }
-          wp += 512;
-        }
-      }
+      if constexpr (kHalf) flush(seg_base + h);
     }
   };
 
-  if (active) {
-    if (half_tile_groups) {
-      main_loop(std::true_type{});
-    } else {
-      main_loop(std::false_type{});
+  // Main loop over the slice's nch tiles; tile c sits in ring stage c % kDepth. Whole blocks of kDepth tiles are
+  // unrolled with the group ends at fixed positions (a group is TPG whole tiles, and kDepth is a multiple of
+  // TPG; the slice starts on a group boundary), so they carry no bookkeeping; the last nch % kDepth tiles follow
+  // with counters. TPG 0: no group ends inside the slice (per channel); -1: two groups per tile (int4 g32).
+  auto run = [&](auto tpg_tag) {
+    constexpr int TPG = decltype(tpg_tag)::value;
+    const uint8_t* wp = w_gl + kDepth * 512;  // the tile kDepth ahead
+    uint32_t xa = xb_lane;
+    int seg = 0;
+    const int n_full = nch / kDepth * kDepth;
+    for (int c0 = 0; c0 < n_full; c0 += kDepth) {
+      const int ahead = nch - c0 - kDepth;  // tiles after this block: stage u is refilled while u < ahead
+#pragma unroll
+      for (int u = 0; u < kDepth; ++u) {
+        // Wait for tile c0 + u (kDepth - 1 younger groups may stay in flight), read it, refill the stage with
+        // tile c0 + u + kDepth (every lane reads only the 16 bytes it copied itself, so no barrier is needed),
+        // compute.
+        cp_async_wait_group<kDepth - 1>();
+        const uint4 v = lds128(ring_addr(u));
+        if (u < ahead) cp_async16_hint(ring_addr(u), wp + u * 512, policy);
+        cp_async_commit();
+        const uint32_t xt = xa + static_cast<uint32_t>(u * D::kChunkK * 2);
+        if constexpr (TPG == -1) {
+          tile(v, xt, std::false_type{}, std::true_type{}, seg + 2 * u);
+        } else if constexpr (TPG == 0) {
+          tile(v, xt, std::false_type{}, std::false_type{}, 0);
+        } else {
+          if (u % TPG == 0) {
+            tile(v, xt, std::true_type{}, std::false_type{}, 0);
+          } else {
+            tile(v, xt, std::false_type{}, std::false_type{}, 0);
+          }
+        }
+        if constexpr (TPG > 0) {
+          if ((u + 1) % TPG == 0) flush(seg + u / TPG);
+        }
+      }
+      wp += kDepth * 512;
+      xa += static_cast<uint32_t>(kDepth * D::kChunkK * 2);
+      seg += TPG > 0 ? kDepth / TPG : TPG == -1 ? 2 * kDepth : 0;
     }
-    if (tiles_in_seg > 0) flush();
+    // The last rem < kDepth tiles: all of them are in flight already (the last kDepth committed groups hold
+    // tiles n_full + u, u < kDepth, one each, empty past the slice). n_full is a multiple of TPG, so the groups
+    // still start at fixed positions; only the last one may be shorter (the K tail of a row).
+    const int rem = nch - n_full;
+#pragma unroll
+    for (int u = 0; u < kDepth - 1; ++u) {
+      if (u < rem) {
+        cp_async_wait_pending(kDepth - 1 - u);
+        const uint4 v = lds128(ring_addr(u));
+        const uint32_t xt = xa + static_cast<uint32_t>(u * D::kChunkK * 2);
+        if constexpr (TPG == -1) {
+          tile(v, xt, std::false_type{}, std::true_type{}, seg + 2 * u);
+        } else if constexpr (TPG == 0) {
+          tile(v, xt, std::false_type{}, std::false_type{}, 0);
+        } else {
+          if (u % TPG == 0) {
+            tile(v, xt, std::true_type{}, std::false_type{}, 0);
+          } else {
+            tile(v, xt, std::false_type{}, std::false_type{}, 0);
+          }
+          if ((u + 1) % TPG == 0 || u == rem - 1) flush(seg + u / TPG);
+        }
+      }
+    }
+    if constexpr (TPG == 0) flush(0);
+  };
+
+  if (active) {
+    if (per_channel) {
+      run(std::integral_constant<int, 0>{});
+    } else if (p.group_k < D::kChunkK) {
+      if constexpr (BITS == 4) run(std::integral_constant<int, -1>{});
+    } else if (p.group_k == D::kChunkK) {
+      run(std::integral_constant<int, 1>{});
+    } else if (p.group_k == 2 * D::kChunkK) {
+      run(std::integral_constant<int, 2>{});
+    } else {
+      if constexpr (BITS == 8) run(std::integral_constant<int, 4>{});
+    }
   }
 
   // ---- Epilogue.

@@ -87,22 +87,22 @@ Status prepare_kernel(const void* func, int smem) {
 }
 
 // Split count of the fused kernel: the fewest splits whose CTAs fill the resident slots (fused_min_blocks(MT) per
-// SM: 4 at M <= 8, 3 at M <= 16, 2 at M <= 32, 1 above) with a last
-// wave >= 90% full, within the K slices the shared-memory budget allows (docs/gemm.md).
+// SM: 4 at M <= 8, 3 at M <= 16, 2 at M <= 32, 1 above) with a last wave >= 90% full, within the K slices the
+// shared-memory budget allows (docs/gemm.md).
 void plan_splits(const GemmParams& p, const WeightLayout& L, int sm_count, Plan* plan) {
   const int chunk = weight_chunk_k(L.format.kind);
   const int gs = L.format.group_size;
   const int align = std::max(chunk, gs != 0 ? gs : chunk);
-  const int entry = weight_meta_entry_bytes(L.format.kind);
-  // Shared-memory caps per CTA, so that fused_min_blocks(MT) CTAs fit in the SM's 227 KiB next to their weight
-  // rings (fused_smem_bytes): M <= 8: X slice <= 12 KiB, scales <= 8 KiB; M <= 16: 36 / 12 KiB; M <= 32: 64 / 24
-  // KiB; M <= 64 (one CTA per SM): 96 / 32 KiB.
-  const int x_budget = plan->mt == 1 ? 12288 : plan->mt == 2 ? 36864 : plan->mt == 4 ? 65536 : 98304;
-  const int meta_budget = plan->mt == 1 ? 8192 : plan->mt == 2 ? 12288 : plan->mt == 4 ? 24576 : 32768;
-  const int xrows = wq::fused_x_rows(plan->mt, p.m);
-  int kc_max = x_budget / (xrows * 2) - wq::kXPadHalves;
-  if (gs != 0) kc_max = std::min(kc_max, meta_budget / (wq::kBlockN * entry) * gs);
-  kc_max = std::max(align, kc_max / align * align);
+  // The largest slice whose shared memory (fused_smem_bytes: ring, X, fp32 scales, X sums) lets
+  // fused_min_blocks(MT) CTAs share one SM.
+  const int blocks = wq::fused_min_blocks(plan->mt);
+  const int cta_budget = wq::kSmemPerSm / blocks - wq::kSmemReservedPerCta - 64;
+  auto seg_count = [&](int kc) { return (gs == 0 || gs >= L.k_pad()) ? 1 : (kc + gs - 1) / gs; };
+  int kc_max = align;
+  for (int kc = align * 2; kc <= L.k_pad() + align; kc += align) {
+    if (wq::fused_smem_bytes(plan->mt, p.m, kc, seg_count(kc)) > cta_budget) break;
+    kc_max = kc;
+  }
   const int units = (L.k_pad() + align - 1) / align;  // align-sized pieces of K
   const int slots = wq::fused_min_blocks(plan->mt) * sm_count;
   int splits = 1;
@@ -135,7 +135,7 @@ void plan_splits(const GemmParams& p, const WeightLayout& L, int sm_count, Plan*
   plan->kc = kc;
   plan->num_splits = (L.k_pad() + kc - 1) / kc;
   plan->n_seg = (gs == 0 || gs >= L.k_pad()) ? 1 : (kc + gs - 1) / gs;
-  plan->smem = wq::fused_smem_bytes(plan->mt, p.m, kc, plan->n_seg, entry);
+  plan->smem = wq::fused_smem_bytes(plan->mt, p.m, kc, plan->n_seg);
 }
 
 Status validate_and_plan(const GemmParams& p, Plan* plan) {
