@@ -33,6 +33,11 @@ struct W4A8WeightView {
   size_t bytes = 0;            // its size (validated against n, k, group_size)
 };
 
+// Kernel configurations (docs/int8_w4a8.md): tokens per CTA tile. kAuto picks by M; the others force one (tests,
+// measurements). Every configuration covers any M (token tiles repeat).
+enum class W4A8Path : uint8_t { kAuto = 0, kTokens8, kTokens16, kTokens32, kTokens64, kTokens128 };
+const char* w4a8_path_name(W4A8Path p);
+
 struct W4A8Params {
   Int8ActivationsView x;  // x.k == w.k; row_sum required for group_size 0
   W4A8WeightView w;
@@ -42,9 +47,13 @@ struct W4A8Params {
   long long ldy = 0;                     // >= N; 0 means N
   void* workspace = nullptr;             // w4a8_gemm_workspace_bytes(); zero-filled once after allocation
   size_t workspace_bytes = 0;
+  W4A8Path path = W4A8Path::kAuto;  // added: force a configuration
+  int num_splits = 0;               // added: 0 = automatic split-K count, >= 1 forces it (clamped to K / 64)
 };
 
 Status w4a8_gemm_workspace_bytes(const W4A8Params& p, size_t* bytes);
+// Added: the configuration and split-K count a call would use, after validation (workspace not checked).
+Status w4a8_gemm_plan(const W4A8Params& p, W4A8Path* path, int* num_splits);
 // Validate, then launch on `stream`. On error nothing is launched.
 Status w4a8_gemm(const W4A8Params& p, cudaStream_t stream);
 

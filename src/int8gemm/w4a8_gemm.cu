@@ -1,13 +1,399 @@
-// TEMPORARY placeholder (session 3 scaffolding): the W4A8 helper replaces this file with the kernel. Every
-// entry point reports Unsupported so that callers (the int8 benchmark) can be written against the API.
+// W4A8 (QoQ) GEMM host side: the prepack into the kernel's layout (w4a8_layout.h, docs/formats.md "W4A8 kernel
+// layout"), validation, the configuration / split-K plan and the closed dispatch list of kernel instantiations
+// (w4a8_kernel.cuh). docs/int8_w4a8.md has the design and the measurements.
+#include <algorithm>
+#include <atomic>
+#include <string>
+
+#include "int8gemm/w4a8_kernel.cuh"
+#include "int8gemm/w4a8_layout.h"
 #include "qdec/w4a8_gemm.h"
+#include "runtime/cuda_check.h"
 
 namespace qdec {
+
 namespace {
-Status not_yet() { return Status(StatusCode::kUnsupported, "w4a8_gemm: not implemented in this build"); }
+
+using w4a8::PackedLayout;
+
+Status invalid(std::string msg) {
+  return Status(StatusCode::kInvalidArgument, "w4a8: " + std::move(msg));
+}
+
+Status check_shape(int n, int k, int group_size) {
+  if (n < 1) return invalid("N " + std::to_string(n) + " must be >= 1");
+  if (k < w4a8::kTileK || k % w4a8::kTileK != 0)
+    return invalid("K " + std::to_string(k) + " must be a positive multiple of " + std::to_string(w4a8::kTileK));
+  if (k > kInt8GemmMaxK)
+    return invalid("K " + std::to_string(k) + " exceeds " + std::to_string(kInt8GemmMaxK) +
+                   " (int32 accumulation could overflow)");
+  if (group_size != 0 && group_size != 32 && group_size != 64 && group_size != 128)
+    return invalid("group size " + std::to_string(group_size) + " is not supported (supported: 0, 32, 64, 128)");
+  return Status::Ok();
+}
+
+// Writes the codes of a [n, k] QoQ code matrix (nibble-packed as in int8_quant.h) into the tile order.
+template <class W>
+void pack_codes(const W& w, const PackedLayout& lay, uint8_t* out) {
+  for (int r = 0; r < w.n; ++r)
+    for (int c = 0; c < w.k; ++c) {
+      int shift = 0;
+      const size_t byte = lay.code_byte(r, c, &shift);
+      out[byte] = static_cast<uint8_t>(out[byte] | (w.code(r, c) << shift));
+    }
+}
+
 }  // namespace
-Status w4a8_prepack(const QoQGroupWeights&, W4A8Packed*) { return not_yet(); }
-Status w4a8_prepack(const QoQChannelWeights&, W4A8Packed*) { return not_yet(); }
-Status w4a8_gemm_workspace_bytes(const W4A8Params&, size_t*) { return not_yet(); }
-Status w4a8_gemm(const W4A8Params&, cudaStream_t) { return not_yet(); }
+
+const char* w4a8_path_name(W4A8Path p) {
+  switch (p) {
+    case W4A8Path::kAuto:
+      return "auto";
+    case W4A8Path::kTokens8:
+      return "t8";
+    case W4A8Path::kTokens16:
+      return "t16";
+    case W4A8Path::kTokens32:
+      return "t32";
+    case W4A8Path::kTokens64:
+      return "t64";
+    case W4A8Path::kTokens128:
+      return "t128";
+  }
+  return "?";
+}
+
+Status w4a8_prepack(const QoQGroupWeights& w, W4A8Packed* out) {
+  if (!out) return invalid("output pointer out is null");
+  QDEC_RETURN_IF_ERROR(check_shape(w.n, w.k, w.group_size));
+  if (w.group_size == 0) return invalid("group size 0 is the per-channel scheme (QoQChannelWeights)");
+  const int ng = w.num_groups();
+  if (w.codes.size() != size_t(w.n) * w.k / 2 || w.group_scales.size() != size_t(w.n) * ng ||
+      w.group_zeros.size() != size_t(w.n) * ((ng + 1) / 2) || w.channel_scales.size() != size_t(w.n))
+    return invalid("qoq weights [" + std::to_string(w.n) + ", " + std::to_string(w.k) + "] group " +
+                   std::to_string(w.group_size) + " have inconsistent sizes");
+  const PackedLayout lay{w.n, w.k, w.group_size};
+  std::vector<uint8_t> data(lay.total_bytes(), 0);
+  for (int r = 0; r < w.n; ++r)
+    for (int gi = 0; gi < ng; ++gi) {
+      const int s1 = w.scale(r, gi), z = w.zero(r, gi);
+      // q * s1 must fit in a byte (the in-register dequantization multiplies four codes in one 32-bit word).
+      if (s1 > w4a8::kMaxGroupScale)
+        return invalid("group scale " + std::to_string(s1) + " of (row " + std::to_string(r) + ", group " +
+                       std::to_string(gi) + ") exceeds " + std::to_string(w4a8::kMaxGroupScale));
+      for (int c = gi * w.group_size; c < (gi + 1) * w.group_size; ++c) {
+        const int v = (w.code(r, c) - z) * s1;
+        if (v < -128 || v > 127)
+          return invalid("weight (" + std::to_string(r) + ", " + std::to_string(c) + ") dequantizes to " +
+                         std::to_string(v) + ", outside int8 (its int8 value left the protective range [-119, 119])");
+      }
+      const size_t mb = lay.meta_byte(r, gi);
+      data[mb] = static_cast<uint8_t>(s1);
+      data[mb + 1] = static_cast<uint8_t>(z * s1);
+    }
+  pack_codes(w, lay, data.data());
+  auto* scales = reinterpret_cast<uint16_t*>(data.data() + lay.scale_offset());
+  for (int r = 0; r < w.n; ++r) scales[r] = w.channel_scales[r];
+  out->n = w.n;
+  out->k = w.k;
+  out->group_size = w.group_size;
+  out->data = std::move(data);
+  return Status::Ok();
+}
+
+Status w4a8_prepack(const QoQChannelWeights& w, W4A8Packed* out) {
+  if (!out) return invalid("output pointer out is null");
+  QDEC_RETURN_IF_ERROR(check_shape(w.n, w.k, 0));
+  if (w.codes.size() != size_t(w.n) * w.k / 2 || w.scales.size() != size_t(w.n) || w.zeros.size() != size_t(w.n))
+    return invalid("qoq per-channel weights [" + std::to_string(w.n) + ", " + std::to_string(w.k) +
+                   "] have inconsistent sizes");
+  const PackedLayout lay{w.n, w.k, 0};
+  std::vector<uint8_t> data(lay.total_bytes(), 0);
+  pack_codes(w, lay, data.data());
+  auto* scales = reinterpret_cast<uint16_t*>(data.data() + lay.scale_offset());
+  for (int r = 0; r < w.n; ++r) {
+    scales[r] = w.scales[r];
+    data[lay.zero_offset() + r] = static_cast<uint8_t>(w.zeros[r] & 0x0F);
+  }
+  out->n = w.n;
+  out->k = w.k;
+  out->group_size = 0;
+  out->data = std::move(data);
+  return Status::Ok();
+}
+
+// ---- Plan and launch ---------------------------------------------------------------------------------------------
+namespace {
+
+// The closed dispatch list: five configurations x two schemes.
+using Cfg8 = w4a8::Config<8, 1, 1>;
+using Cfg16 = w4a8::Config<8, 1, 2>;
+using Cfg32 = w4a8::Config<8, 1, 4>;
+using Cfg64 = w4a8::Config<8, 1, 8>;
+using Cfg128 = w4a8::Config<4, 2, 8>;
+
+// Raises the dynamic shared-memory limit of a kernel once per device (the attribute is per device).
+template <class C, bool kGroup>
+Status prepare_kernel() {
+  if constexpr (C::kSmemBytes > 48 * 1024) {
+    static std::atomic<uint32_t> done_mask{0};
+    int dev = 0;
+    QDEC_CUDA_RETURN(cudaGetDevice(&dev));
+    const uint32_t bit = 1u << (dev & 31);
+    if (!(done_mask.load(std::memory_order_acquire) & bit)) {
+      QDEC_CUDA_RETURN(cudaFuncSetAttribute(w4a8::w4a8_kernel<C, kGroup>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            C::kSmemBytes));
+      done_mask.fetch_or(bit, std::memory_order_acq_rel);
+    }
+  }
+  return Status::Ok();
+}
+
+template <class C>
+Status launch_cfg(bool group, const w4a8::KernelParams& kp, dim3 grid, cudaStream_t stream) {
+  if (group) {
+    QDEC_RETURN_IF_ERROR((prepare_kernel<C, true>()));
+    w4a8::w4a8_kernel<C, true><<<grid, w4a8::kThreads, C::kSmemBytes, stream>>>(kp);
+  } else {
+    QDEC_RETURN_IF_ERROR((prepare_kernel<C, false>()));
+    w4a8::w4a8_kernel<C, false><<<grid, w4a8::kThreads, C::kSmemBytes, stream>>>(kp);
+  }
+  return cuda_status(cudaGetLastError(), "w4a8_kernel launch");
+}
+
+// Resident CTAs per SM (cached per device; the same for every device of one build in practice).
+template <class C>
+Status occupancy(bool group, int* blocks) {
+  static std::atomic<int> cache[2]{0, 0};
+  if (const int c = cache[group].load(std::memory_order_acquire); c > 0) {
+    *blocks = c;
+    return Status::Ok();
+  }
+  if (group) {
+    QDEC_RETURN_IF_ERROR((prepare_kernel<C, true>()));
+    QDEC_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, w4a8::w4a8_kernel<C, true>, w4a8::kThreads,
+                                                                   C::kSmemBytes));
+  } else {
+    QDEC_RETURN_IF_ERROR((prepare_kernel<C, false>()));
+    QDEC_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, w4a8::w4a8_kernel<C, false>, w4a8::kThreads,
+                                                                   C::kSmemBytes));
+  }
+  cache[group].store(std::max(*blocks, 1), std::memory_order_release);
+  return Status::Ok();
+}
+
+int cfg_tokens(W4A8Path p) {
+  switch (p) {
+    case W4A8Path::kTokens8:
+      return Cfg8::kTokens;
+    case W4A8Path::kTokens16:
+      return Cfg16::kTokens;
+    case W4A8Path::kTokens32:
+      return Cfg32::kTokens;
+    case W4A8Path::kTokens64:
+      return Cfg64::kTokens;
+    default:
+      return Cfg128::kTokens;
+  }
+}
+
+struct Plan {
+  W4A8Path path = W4A8Path::kAuto;
+  int splits = 1, kt_per_split = 0;
+  dim3 grid;
+  size_t accum_bytes = 0, workspace_bytes = 0;
+};
+
+Status validate(const W4A8Params& p) {
+  const Int8ActivationsView& x = p.x;
+  const W4A8WeightView& w = p.w;
+  QDEC_RETURN_IF_ERROR(check_shape(w.n, w.k, w.group_size));
+  if (x.m < 1) return invalid("M " + std::to_string(x.m) + " must be >= 1");
+  if (x.k != w.k)
+    return invalid("activation K " + std::to_string(x.k) + " does not match weight K " + std::to_string(w.k));
+  if (!x.q) return invalid("activation codes x.q are null");
+  if (reinterpret_cast<uintptr_t>(x.q) % 16 != 0) return invalid("activation codes x.q are not 16-byte aligned");
+  const long long ldq = x.ldq ? x.ldq : x.k;
+  if (ldq < x.k || ldq % 16 != 0)
+    return invalid("activation ldq " + std::to_string(ldq) + " must be >= K " + std::to_string(x.k) +
+                   " and a multiple of 16");
+  if (!x.scale) return invalid("activation scales x.scale are null");
+  if (reinterpret_cast<uintptr_t>(x.scale) % 4 != 0) return invalid("activation scales x.scale are not 4-byte aligned");
+  if (w.group_size == 0) {
+    if (!x.row_sum) return invalid("activation row sums x.row_sum are null (the per-channel scheme needs them)");
+    if (reinterpret_cast<uintptr_t>(x.row_sum) % 4 != 0) return invalid("x.row_sum is not 4-byte aligned");
+  }
+  if (!w.data) return invalid("weight data w.data is null");
+  if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0) return invalid("weight data w.data is not 16-byte aligned");
+  const PackedLayout lay{w.n, w.k, w.group_size};
+  if (w.bytes < lay.total_bytes())
+    return invalid("weight bytes " + std::to_string(w.bytes) + " are fewer than the " +
+                   std::to_string(lay.total_bytes()) + " of a packed [" + std::to_string(w.n) + ", " +
+                   std::to_string(w.k) + "] group " + std::to_string(w.group_size) + " weight");
+  if (p.bias && reinterpret_cast<uintptr_t>(p.bias) % 4 != 0) return invalid("bias is not 4-byte aligned");
+  if (p.y_dtype != GemmDType::kBF16 && p.y_dtype != GemmDType::kFP16 && p.y_dtype != GemmDType::kFP32)
+    return invalid("y dtype " + std::to_string(int(p.y_dtype)) + " is not supported (bf16, fp16, fp32)");
+  if (!p.y) return invalid("output y is null");
+  const size_t ysize = p.y_dtype == GemmDType::kFP32 ? 4 : 2;
+  if (reinterpret_cast<uintptr_t>(p.y) % ysize != 0)
+    return invalid("output y is not " + std::to_string(ysize) + "-byte aligned");
+  const long long ldy = p.ldy ? p.ldy : w.n;
+  if (ldy < w.n) return invalid("ldy " + std::to_string(ldy) + " is smaller than N " + std::to_string(w.n));
+  if (int(p.path) > int(W4A8Path::kTokens128)) return invalid("path " + std::to_string(int(p.path)) + " is unknown");
+  if (p.num_splits < 0) return invalid("num_splits " + std::to_string(p.num_splits) + " must be >= 0");
+  return Status::Ok();
+}
+
+// Validated p only.
+Status make_plan(const W4A8Params& p, Plan* plan) {
+  const int m = p.x.m;
+  const PackedLayout lay{p.w.n, p.w.k, p.w.group_size};
+  W4A8Path path = p.path;
+  if (path == W4A8Path::kAuto)
+    path = m <= 8     ? W4A8Path::kTokens8
+           : m <= 16  ? W4A8Path::kTokens16
+           : m <= 32  ? W4A8Path::kTokens32
+           : m <= 256 ? W4A8Path::kTokens64
+                      : W4A8Path::kTokens128;
+  const int tokens = cfg_tokens(path);
+  const int cols = (lay.n_blocks() + w4a8::kCtaBlocks - 1) / w4a8::kCtaBlocks;
+  const int rows = (m + tokens - 1) / tokens;
+  if (rows > 65535) return invalid("M " + std::to_string(m) + " needs more than 65535 token tiles");
+  int splits = p.num_splits;
+  if (splits == 0) {
+    // Fill the resident CTA slots, but keep >= 8 tiles (512 K) per split so the pipeline prologue is amortised,
+    // and keep the int32 partial-sum traffic (4 bytes per output per split) below the weight bytes.
+    DeviceInfo dev;
+    QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+    const bool group = p.w.group_size != 0;
+    int occ = 1;
+    switch (path) {
+      case W4A8Path::kTokens8:
+        QDEC_RETURN_IF_ERROR(occupancy<Cfg8>(group, &occ));
+        break;
+      case W4A8Path::kTokens16:
+        QDEC_RETURN_IF_ERROR(occupancy<Cfg16>(group, &occ));
+        break;
+      case W4A8Path::kTokens32:
+        QDEC_RETURN_IF_ERROR(occupancy<Cfg32>(group, &occ));
+        break;
+      case W4A8Path::kTokens64:
+        QDEC_RETURN_IF_ERROR(occupancy<Cfg64>(group, &occ));
+        break;
+      default:
+        QDEC_RETURN_IF_ERROR(occupancy<Cfg128>(group, &occ));
+        break;
+    }
+    const long long slots = (long long)dev.sm_count * std::max(occ, 1);
+    const long long base = (long long)cols * rows;
+    const long long w_bytes = (long long)lay.n_pad() * lay.k / 2;
+    const long long acc_per_split = (long long)m * lay.n_pad() * 4;
+    const long long s_max = std::max(1LL, std::min<long long>(std::max(1, lay.k_tiles() / 8), w_bytes / acc_per_split));
+    // The fewest splits whose CTAs fill the resident slots with a last wave >= 90% full; else the best fill.
+    long long s = 1;
+    double best = 0.0;
+    for (long long c = 1; c <= s_max; ++c) {
+      const long long ctas = base * c;
+      const double fill = double(ctas) / double((ctas + slots - 1) / slots * slots);
+      if (ctas >= slots && fill >= 0.9) {
+        s = c;
+        break;
+      }
+      if (fill > best + 1e-9) {
+        best = fill;
+        s = c;
+      }
+    }
+    splits = int(s);
+  }
+  splits = std::min(splits, lay.k_tiles());
+  if (splits > 65535) splits = 65535;
+  const int kt_per = (lay.k_tiles() + splits - 1) / splits;
+  splits = (lay.k_tiles() + kt_per - 1) / kt_per;  // no empty split
+  plan->path = path;
+  plan->splits = splits;
+  plan->kt_per_split = kt_per;
+  plan->grid = dim3(unsigned(cols), unsigned(rows), unsigned(splits));
+  plan->accum_bytes = splits > 1 ? PackedLayout::align16(size_t(m) * lay.n_pad() * 4) : 0;
+  plan->workspace_bytes = splits > 1 ? plan->accum_bytes + PackedLayout::align16(size_t(cols) * rows * 4) : 0;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status w4a8_gemm_workspace_bytes(const W4A8Params& p, size_t* bytes) {
+  if (!bytes) return invalid("output pointer bytes is null");
+  QDEC_RETURN_IF_ERROR(validate(p));
+  Plan plan;
+  QDEC_RETURN_IF_ERROR(make_plan(p, &plan));
+  *bytes = plan.workspace_bytes;
+  return Status::Ok();
+}
+
+Status w4a8_gemm_plan(const W4A8Params& p, W4A8Path* path, int* num_splits) {
+  if (!path || !num_splits) return invalid("output pointer path or num_splits is null");
+  QDEC_RETURN_IF_ERROR(validate(p));
+  Plan plan;
+  QDEC_RETURN_IF_ERROR(make_plan(p, &plan));
+  *path = plan.path;
+  *num_splits = plan.splits;
+  return Status::Ok();
+}
+
+Status w4a8_gemm(const W4A8Params& p, cudaStream_t stream) {
+  QDEC_RETURN_IF_ERROR(validate(p));
+  Plan plan;
+  QDEC_RETURN_IF_ERROR(make_plan(p, &plan));
+  if (plan.workspace_bytes > 0) {
+    if (!p.workspace)
+      return invalid("workspace is null; this call needs " + std::to_string(plan.workspace_bytes) + " bytes");
+    if (reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0) return invalid("workspace is not 16-byte aligned");
+    if (p.workspace_bytes < plan.workspace_bytes)
+      return invalid("workspace bytes " + std::to_string(p.workspace_bytes) + " are fewer than the " +
+                     std::to_string(plan.workspace_bytes) + " this call needs");
+  }
+  const PackedLayout lay{p.w.n, p.w.k, p.w.group_size};
+  const bool group = p.w.group_size != 0;
+  const auto* base = static_cast<const uint8_t*>(p.w.data);
+  w4a8::KernelParams kp{};
+  kp.codes = base;
+  kp.meta = group ? base + lay.meta_offset() : nullptr;
+  kp.scales = reinterpret_cast<const uint16_t*>(base + lay.scale_offset());
+  kp.zeros = group ? nullptr : base + lay.zero_offset();
+  kp.xq = p.x.q;
+  kp.ldq = p.x.ldq ? p.x.ldq : p.x.k;
+  kp.sx = p.x.scale;
+  kp.row_sum = p.x.row_sum;
+  kp.bias = p.bias;
+  kp.y = p.y;
+  kp.ldy = p.ldy ? p.ldy : p.w.n;
+  kp.y_dtype = int(p.y_dtype);
+  kp.m = p.x.m;
+  kp.n = p.w.n;
+  kp.n_blocks = lay.n_blocks();
+  kp.n_pad = lay.n_pad();
+  kp.k_tiles = lay.k_tiles();
+  kp.group_size = p.w.group_size;
+  kp.num_groups = lay.num_groups();
+  kp.group_shift = p.w.group_size == 32 ? 5 : p.w.group_size == 64 ? 6 : 7;
+  kp.kt_per_split = plan.kt_per_split;
+  kp.evict_first = plan.grid.y == 1;
+  if (plan.splits > 1) {
+    kp.accum = static_cast<int32_t*>(p.workspace);
+    kp.tickets = reinterpret_cast<unsigned*>(static_cast<uint8_t*>(p.workspace) + plan.accum_bytes);
+  }
+  switch (plan.path) {
+    case W4A8Path::kTokens8:
+      return launch_cfg<Cfg8>(group, kp, plan.grid, stream);
+    case W4A8Path::kTokens16:
+      return launch_cfg<Cfg16>(group, kp, plan.grid, stream);
+    case W4A8Path::kTokens32:
+      return launch_cfg<Cfg32>(group, kp, plan.grid, stream);
+    case W4A8Path::kTokens64:
+      return launch_cfg<Cfg64>(group, kp, plan.grid, stream);
+    default:
+      return launch_cfg<Cfg128>(group, kp, plan.grid, stream);
+  }
+}
+
 }  // namespace qdec

@@ -1,0 +1,361 @@
+// W4A8 GEMM kernel (QServe's QoQ weights on INT8 tensor cores): Y[M, N] = epilogue(Xq[M, K] . W8[N, K]^T).
+//
+//   W   prepacked tiles of 16 channels x 64 K, 512 bytes, lane-fragment order (w4a8_layout.h, docs/formats.md)
+//   X   [M, ldq] int8 per token, fp32 scales [M] (and int32 row sums [M] for qoq-c)
+//   Y   [M, ldy] bf16 / fp16 / fp32
+//
+// Design
+// - Transposed product Y^T = W X^T: the weight is the A operand of mma.m16n8k32 (16 channels), the tokens the
+//   n = 8 side, so one prepacked layout serves decode (8 tokens per warp tile) and prefill (32 per warp tile).
+// - The prepack permutes K inside each 64-wide tile so that the 16 contiguous X bytes a lane loads (k0 + 16t ..
+//   +15) are its B fragments of both k-steps, and its 16 weight bytes are the A fragments it needs for the same
+//   K positions: one 128-bit shared load per operand per tile, no ldmatrix, no shuffles.
+// - UINT4 -> INT8 in registers, four lanes of a 32-bit word at once: (w & 0x0F0F0F0F) * s1 puts q * s1 (<= 255)
+//   in each byte without carries, + (0x80808080 - z*s1 * 0x01010101) subtracts the zero term with a +128 bias
+//   that keeps every byte in 0..255 (the protective range guarantees (q - z) * s1 fits in int8), ^ 0x80808080
+//   removes the bias: QServe's multiply-then-subtract, 3.5 instructions per 4 weights. qoq-c feeds the raw
+//   nibbles (0..15, valid int8) and subtracts z * row_sum in the epilogue.
+// - Everything stays int32 until the epilogue (s1 and z are integers), so split-K partial sums add exactly
+//   (int32 atomics in the workspace; the last CTA of a tile, by ticket, finishes and re-zeroes them).
+// - CTA = 8 warps = 128 channels x kTokens tokens; a kStages-deep cp.async pipeline stages W, X and group meta per
+//   64-K tile. In private mode the weights carry an L2 evict-first hint when one token tile covers M.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "int8gemm/w4a8_layout.h"
+
+namespace qdec::w4a8 {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kCtaBlocks = 8;  // 16-channel blocks per CTA (128 channels)
+
+struct KernelParams {
+  const uint8_t* codes;
+  const uint8_t* meta;     // qoq-g group meta, null for qoq-c
+  const uint16_t* scales;  // [n_pad] fp16 bits
+  const uint8_t* zeros;    // [n_pad] qoq-c zeros
+  const int8_t* xq;
+  long long ldq;
+  const float* sx;
+  const int32_t* row_sum;  // qoq-c
+  const float* bias;       // nullable
+  void* y;
+  long long ldy;
+  int y_dtype;  // GemmDType
+  int m, n, n_blocks, n_pad, k_tiles, group_size, num_groups;
+  int group_shift;  // log2(group_size) (32, 64, 128)
+  int kt_per_split;
+  int evict_first;    // weights read by one CTA only: stream them past L2
+  int32_t* accum;     // [m][n_pad] split-K sums, zero between calls (gridDim.z > 1)
+  unsigned* tickets;  // [gridDim.y][gridDim.x], zero between calls (gridDim.z > 1)
+};
+
+// A configuration: WC channel warps x (8 / WC) token warps; each warp owns CB 16-channel blocks and MT 8-token
+// tiles.
+// Two staging modes. Private (one token warp, M <= 32): every lane copies exactly the bytes it later reads (its 16
+// weight bytes, its MT 16-byte X pieces, its 4-byte group-meta word), so each thread waits only for its own
+// cp.async groups and no barrier couples the warps: a slow DRAM request stalls one warp, not the CTA. Shared
+// (prefill tiles): W, X and meta of a 64-K tile are staged once per CTA and read by several warps, one
+// __syncthreads per tile.
+template <int WC_, int CB_, int MT_>
+struct Config {
+  static constexpr int WC = WC_;  // warps along the channels
+  static constexpr int CB = CB_;  // 16-channel blocks per warp
+  static constexpr int MT = MT_;  // 8-token tiles per warp
+  static constexpr int WT = kWarps / WC;
+  static constexpr int kTokens = WT * MT * 8;
+  static constexpr bool kPrivate = WT == 1 && MT <= 4;
+  // Private: per warp W 512 | X MT x 512 | meta 32 lanes x 4. Shared: W 8 x 512 | X kTokens x 64 | meta 8 x 64.
+  static constexpr int kWarpBytes = kTileBytes * (1 + MT) + 128;
+  static constexpr int kWBytes = kCtaBlocks * kTileBytes;
+  static constexpr int kXBytes = kTokens * kTileK;
+  static constexpr int kStageBytes = kPrivate ? kWarps * kWarpBytes : kWBytes + kXBytes + kCtaBlocks * 64;
+  // Deep enough for ~30 KB+ of weights in flight per SM at the occupancy each size allows.
+  static constexpr int kStages = kPrivate ? (MT == 1 ? 8 : MT == 2 ? 6 : 5) : (kTokens <= 64 ? 8 : 6);
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+  static constexpr int kMinBlocks = kTokens >= 128 ? 2 : 1;  // register cap: two 128-token CTAs per SM
+  static_assert(WC * CB == kCtaBlocks, "a CTA covers 8 channel blocks");
+};
+
+// ---- PTX helpers ---------------------------------------------------------------------------------------------
+// An L2 evict-first policy for weights read once (private mode, one token tile: no CTA re-reads them).
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t p;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async16_hint(uint32_t smem, const void* gmem, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "l"(policy)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async16_ca(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async4_ca(uint32_t smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+// D (16x8 int32) += A (16x32, row) * B (32x8, col), int8. qoq-c feeds its raw codes 0..15, which are int8 too.
+__device__ __forceinline__ void mma_k32(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                        uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Four codes (one per byte, 0..15) -> four int8 (q - z) * s1: bias = 0x80808080 - z*s1 * 0x01010101.
+__device__ __forceinline__ uint32_t dequant4(uint32_t q4, uint32_t s1, uint32_t bias) {
+  return (q4 * s1 + bias) ^ 0x80808080u;
+}
+
+__device__ __forceinline__ void store_y(void* y, int dtype, size_t idx, float v) {
+  if (dtype == 0) {
+    static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
+  } else if (dtype == 1) {
+    static_cast<__half*>(y)[idx] = __float2half_rn(v);
+  } else {
+    static_cast<float*>(y)[idx] = v;
+  }
+}
+
+// ---- The kernel ------------------------------------------------------------------------------------------------
+// grid: x = 128-channel CTA columns, y = kTokens token tiles, z = K splits (kt_per_split 64-K tiles each).
+template <class C, bool kGroup>
+__global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __grid_constant__ KernelParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int warp_c = warp % C::WC, warp_t = warp / C::WC;
+  const int nb0 = blockIdx.x * kCtaBlocks;
+  const int tok0 = blockIdx.y * C::kTokens;
+  const int kt_begin = blockIdx.z * p.kt_per_split;
+  const int kt_end = min(p.k_tiles, kt_begin + p.kt_per_split);
+  const int n_kt = kt_end - kt_begin;
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint64_t policy = evict_first_policy();
+  const bool evict_first = p.evict_first != 0;
+
+  // Per-thread copy assignments, fixed over the K loop. Blocks past N read the last block (never stored), token
+  // rows past M read row M - 1 (never stored): every load stays inside the buffers.
+  const int w_nb = min(nb0 + (tid >> 5), p.n_blocks - 1);
+  const uint8_t* w_src = p.codes + size_t(w_nb) * p.k_tiles * kTileBytes + lane * 16;
+  const int meta_chunks = p.group_size >= 64 ? 2 : 4;  // 16-byte chunks of meta per block and tile
+  const int m_blk = tid / meta_chunks, m_chunk = tid % meta_chunks;
+  const uint8_t* m_src = nullptr;
+  if constexpr (kGroup) {
+    if (m_blk < kCtaBlocks)
+      m_src = p.meta + size_t(min(nb0 + m_blk, p.n_blocks - 1)) * p.num_groups * kMetaBytes + m_chunk * 16;
+  }
+
+  // Private mode: the lane's X rows and group-meta word.
+  const uint8_t* x_src[C::MT];
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt)
+    x_src[mt] = reinterpret_cast<const uint8_t*>(p.xq) + size_t(min(tok0 + mt * 8 + g, p.m - 1)) * p.ldq + t * 16;
+  const uint8_t* lane_meta = nullptr;
+  if constexpr (kGroup) lane_meta = p.meta + size_t(w_nb) * p.num_groups * kMetaBytes + g * 4;
+  // Shared mode: the X pieces this thread stages (fixed rows), so a stage costs a few instructions per copy.
+  constexpr int kXCopies = C::kPrivate ? 1 : (C::kTokens * 4 + kThreads - 1) / kThreads;
+  const uint8_t* xs_src[kXCopies];
+#pragma unroll
+  for (int j = 0; j < kXCopies; ++j) {
+    const int i = tid + j * kThreads;
+    xs_src[j] = reinterpret_cast<const uint8_t*>(p.xq) + size_t(min(tok0 + (i >> 2), p.m - 1)) * p.ldq + (i & 3) * 16;
+  }
+
+  auto load_stage = [&](int stage, int kt) {
+    const uint32_t st = smem_base + stage * C::kStageBytes;
+    if constexpr (C::kPrivate) {
+      const uint32_t wst = st + warp * C::kWarpBytes;
+      if (evict_first) {
+        cp_async16_hint(wst + lane * 16, w_src + size_t(kt) * kTileBytes, policy);
+      } else {
+        cp_async16(wst + lane * 16, w_src + size_t(kt) * kTileBytes);
+      }
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt)
+        cp_async16_ca(wst + (1 + mt) * kTileBytes + lane * 16, x_src[mt] + kt * kTileK);
+      if constexpr (kGroup)
+        cp_async4_ca(wst + (1 + C::MT) * kTileBytes + lane * 4,
+                     lane_meta + size_t((kt * kTileK + t * 16) >> p.group_shift) * kMetaBytes);
+    } else {
+      // No cache hint here: the hinted copy faulted (illegal instruction) in this mode on the H200; prefill tiles
+      // re-read each weight tile from L2 anyway.
+      cp_async16(st + tid * 16, w_src + size_t(kt) * kTileBytes);
+#pragma unroll
+      for (int j = 0; j < kXCopies; ++j)
+        if ((C::kTokens * 4) % kThreads == 0 || tid + j * kThreads < C::kTokens * 4)
+          cp_async16(st + C::kWBytes + (tid + j * kThreads) * 16, xs_src[j] + kt * kTileK);
+      if constexpr (kGroup) {
+        if (m_src)
+          cp_async16(st + C::kWBytes + C::kXBytes + m_blk * 64 + m_chunk * 16,
+                     m_src + size_t((kt * kTileK) >> p.group_shift) * kMetaBytes);
+      }
+    }
+  };
+
+  int acc[C::CB][C::MT][4];
+#pragma unroll
+  for (int b = 0; b < C::CB; ++b)
+#pragma unroll
+    for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[b][mt][i] = 0;
+
+#pragma unroll
+  for (int s = 0; s < C::kStages - 1; ++s) {
+    if (s < n_kt) load_stage(s, kt_begin + s);
+    cp_async_commit();
+  }
+  // Shared mode: the lane's group inside a tile (G = 32 puts lanes t = 0, 1 and t = 2, 3 in different groups).
+  const int meta_off = C::kPrivate ? warp * C::kWarpBytes + (1 + C::MT) * kTileBytes + lane * 4
+                                   : C::kWBytes + C::kXBytes + (p.group_size == 32 ? (t >> 1) * kMetaBytes : 0) + g * 4;
+  const int w_off = C::kPrivate ? warp * C::kWarpBytes + lane * 16 : lane * 16;
+  const int x_off = C::kPrivate ? warp * C::kWarpBytes + kTileBytes + lane * 16
+                                : C::kWBytes + (warp_t * C::MT * 8 + g) * kTileK + t * 16;
+  constexpr int kXTileStride = C::kPrivate ? kTileBytes : 8 * kTileK;  // between 8-token tiles
+
+  for (int i = 0; i < n_kt; ++i) {
+    cp_async_wait<C::kStages - 2>();
+    if constexpr (!C::kPrivate) __syncthreads();
+    {
+      const int next = i + C::kStages - 1;
+      if (next < n_kt) load_stage(next % C::kStages, kt_begin + next);
+      cp_async_commit();
+    }
+    const uint32_t st = smem_base + (i % C::kStages) * C::kStageBytes;
+    uint4 xb[C::MT];
+#pragma unroll
+    for (int mt = 0; mt < C::MT; ++mt) xb[mt] = lds128(st + x_off + mt * kXTileStride);
+#pragma unroll
+    for (int b = 0; b < C::CB; ++b) {
+      const int blk = warp_c * C::CB + b;
+      // Private mode: the warp's only block lives in its own region.
+      const uint4 w = lds128(st + w_off + (C::kPrivate ? 0 : blk * kTileBytes));
+      uint32_t a[2][4];  // [k-step][A register]
+      if constexpr (kGroup) {
+        const uint32_t mw = lds32(st + meta_off + (C::kPrivate ? 0 : blk * 64));
+        const uint32_t s_lo = mw & 0xFF, s_hi = (mw >> 16) & 0xFF;
+        const uint32_t b_lo = 0x80808080u - ((mw >> 8) & 0xFF) * 0x01010101u;
+        const uint32_t b_hi = 0x80808080u - (mw >> 24) * 0x01010101u;
+        a[0][0] = dequant4(w.x & 0x0F0F0F0Fu, s_lo, b_lo);
+        a[0][2] = dequant4((w.x >> 4) & 0x0F0F0F0Fu, s_lo, b_lo);
+        a[0][1] = dequant4(w.y & 0x0F0F0F0Fu, s_hi, b_hi);
+        a[0][3] = dequant4((w.y >> 4) & 0x0F0F0F0Fu, s_hi, b_hi);
+        a[1][0] = dequant4(w.z & 0x0F0F0F0Fu, s_lo, b_lo);
+        a[1][2] = dequant4((w.z >> 4) & 0x0F0F0F0Fu, s_lo, b_lo);
+        a[1][1] = dequant4(w.w & 0x0F0F0F0Fu, s_hi, b_hi);
+        a[1][3] = dequant4((w.w >> 4) & 0x0F0F0F0Fu, s_hi, b_hi);
+      } else {
+        a[0][0] = w.x & 0x0F0F0F0Fu;
+        a[0][2] = (w.x >> 4) & 0x0F0F0F0Fu;
+        a[0][1] = w.y & 0x0F0F0F0Fu;
+        a[0][3] = (w.y >> 4) & 0x0F0F0F0Fu;
+        a[1][0] = w.z & 0x0F0F0F0Fu;
+        a[1][2] = (w.z >> 4) & 0x0F0F0F0Fu;
+        a[1][1] = w.w & 0x0F0F0F0Fu;
+        a[1][3] = (w.w >> 4) & 0x0F0F0F0Fu;
+      }
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt) {
+        mma_k32(acc[b][mt], a[0][0], a[0][1], a[0][2], a[0][3], xb[mt].x, xb[mt].y);
+        mma_k32(acc[b][mt], a[1][0], a[1][1], a[1][2], a[1][3], xb[mt].z, xb[mt].w);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Fragment (b, mt, i): channel 16 * (nb0 + blk) + g + 8 * (i >> 1), token tok0 + 8 * tile + 2t + (i & 1).
+  if (gridDim.z > 1) {
+    __shared__ int s_last;
+#pragma unroll
+    for (int b = 0; b < C::CB; ++b) {
+      const int nb = nb0 + warp_c * C::CB + b;
+      if (nb >= p.n_blocks) continue;
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int tok = tok0 + (warp_t * C::MT + mt) * 8 + 2 * t + (i & 1);
+          if (tok < p.m) atomicAdd(p.accum + size_t(tok) * p.n_pad + nb * kTileN + g + 8 * (i >> 1), acc[b][mt][i]);
+        }
+    }
+    __threadfence();
+    __syncthreads();
+    const unsigned ticket = blockIdx.y * gridDim.x + blockIdx.x;
+    if (tid == 0) s_last = atomicAdd(p.tickets + ticket, 1u) == gridDim.z - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+#pragma unroll
+    for (int b = 0; b < C::CB; ++b) {
+      const int nb = nb0 + warp_c * C::CB + b;
+      if (nb >= p.n_blocks) continue;
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int tok = tok0 + (warp_t * C::MT + mt) * 8 + 2 * t + (i & 1);
+          if (tok >= p.m) continue;
+          int32_t* a = p.accum + size_t(tok) * p.n_pad + nb * kTileN + g + 8 * (i >> 1);
+          acc[b][mt][i] = __ldcg(a);
+          __stcg(a, 0);
+        }
+    }
+    if (tid == 0) p.tickets[ticket] = 0;
+  }
+
+  // Epilogue: int32 -> fp32 once, scales, bias, store.
+#pragma unroll
+  for (int b = 0; b < C::CB; ++b) {
+    const int nb = nb0 + warp_c * C::CB + b;
+    if (nb >= p.n_blocks) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int ch = nb * kTileN + g + 8 * h;
+      if (ch >= p.n) continue;
+      const float s_w = __half2float(__ushort_as_half(p.scales[ch]));
+      const float bias = p.bias ? p.bias[ch] : 0.0f;
+      const int z = kGroup ? 0 : p.zeros[ch];
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int tok = tok0 + (warp_t * C::MT + mt) * 8 + 2 * t + e;
+          if (tok >= p.m) continue;
+          int32_t v = acc[b][mt][2 * h + e];
+          if constexpr (!kGroup) v -= z * p.row_sum[tok];
+          const float y = __fmaf_rn(static_cast<float>(v), p.sx[tok] * s_w, bias);
+          store_y(p.y, p.y_dtype, size_t(tok) * p.ldy + ch, y);
+        }
+    }
+  }
+}
+
+}  // namespace qdec::w4a8

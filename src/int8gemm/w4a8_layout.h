@@ -1,0 +1,60 @@
+// The byte layout of prepacked W4A8 weights (docs/formats.md, "W4A8 kernel layout"), shared by the host prepack
+// and the kernel so that both compute every offset the same way.
+//
+//   codes   [n_blocks][k_tiles] tiles of 16 channels x 64 K, 512 bytes each: lane L = 4g + t holds 16 bytes =
+//           4 words, word 2s + h = channel 16 nb + g + 8h, K values 64 kt + 16t + 8s + 0..7, value j in the low
+//           nibble of byte j (j < 4) or the high nibble of byte j - 4 (j >= 4)
+//   meta    qoq-g only: [n_blocks][num_groups] x 32 bytes, lane word g = (s1, z*s1) of channel g, then of g + 8
+//   scales  [n_pad] fp16 bits (qoq-g: s0, qoq-c: s)
+//   zeros   qoq-c only: [n_pad] bytes
+// Each region starts 16-byte aligned.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace qdec::w4a8 {
+
+constexpr int kTileN = 16;          // channels per tile: the m = 16 side of mma.m16n8k32
+constexpr int kTileK = 64;          // K values per tile: two k-steps of 32
+constexpr int kTileBytes = 512;     // 16 x 64 nibbles = 32 lanes x 16 bytes
+constexpr int kMetaBytes = 32;      // per (channel block, group): 8 lane words of 4 bytes
+constexpr int kMaxGroupScale = 17;  // q * s1 <= 15 * 17 = 255 stays in a byte
+
+struct PackedLayout {
+  int n = 0, k = 0, group_size = 0;
+
+  __host__ __device__ constexpr int n_blocks() const { return (n + kTileN - 1) / kTileN; }
+  __host__ __device__ constexpr int n_pad() const { return n_blocks() * kTileN; }
+  __host__ __device__ constexpr int k_tiles() const { return k / kTileK; }
+  __host__ __device__ constexpr int num_groups() const { return group_size > 0 ? k / group_size : 0; }
+  __host__ __device__ static constexpr size_t align16(size_t v) { return (v + 15) / 16 * 16; }
+
+  __host__ __device__ constexpr size_t code_bytes() const {
+    return size_t(n_blocks()) * size_t(k_tiles()) * kTileBytes;
+  }
+  __host__ __device__ constexpr size_t meta_offset() const { return code_bytes(); }
+  __host__ __device__ constexpr size_t meta_bytes() const {
+    return size_t(n_blocks()) * size_t(num_groups()) * kMetaBytes;
+  }
+  __host__ __device__ constexpr size_t scale_offset() const { return align16(meta_offset() + meta_bytes()); }
+  __host__ __device__ constexpr size_t zero_offset() const { return align16(scale_offset() + size_t(n_pad()) * 2); }
+  __host__ __device__ constexpr size_t total_bytes() const {
+    return align16(zero_offset() + (group_size == 0 ? size_t(n_pad()) : 0));
+  }
+
+  // Byte holding the code of (row, col) and the nibble's shift (0 or 4).
+  __host__ __device__ constexpr size_t code_byte(int row, int col, int* shift) const {
+    const int nb = row / kTileN, r = row % kTileN, g = r % 8, h = r / 8;
+    const int kt = col / kTileK, c = col % kTileK, t = c / 16, s = (c % 16) / 8, j = c % 8;
+    *shift = j < 4 ? 0 : 4;
+    return (size_t(nb) * k_tiles() + kt) * kTileBytes + size_t(g * 4 + t) * 16 + size_t(s * 2 + h) * 4 + (j % 4);
+  }
+  // Offset of s1 of (row, group); z * s1 is the next byte.
+  __host__ __device__ constexpr size_t meta_byte(int row, int group) const {
+    const int nb = row / kTileN, r = row % kTileN;
+    return meta_offset() + (size_t(nb) * num_groups() + group) * kMetaBytes + size_t(r % 8) * 4 + size_t(r / 8) * 2;
+  }
+};
+
+}  // namespace qdec::w4a8

@@ -1,0 +1,379 @@
+// The W4A8 (QoQ) GEMM on the GPU against the float64 references w4a8_group_gemm_reference /
+// w4a8_channel_gemm_reference (on the same int8 activations and uint4 weights): groups 32/64/128 and the
+// per-channel scheme, M in {1, 3, 16, 100, 1024}, odd N, several K, every configuration forced, forced and
+// automatic split-K, bias, Y bf16/fp16/fp32, padded ldq/ldy. Every case runs twice (the split-K workspace must be
+// left at zero), the output is poisoned (NaN) before each launch. Bad inputs return a Status naming the value
+// and launch nothing. GPU cases skip, with the reason, without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_util.h"
+#include "qdec/formats.h"
+#include "qdec/w4a8_gemm.h"
+#include "test_util.h"
+
+namespace qdec {
+namespace {
+
+using test::DeviceBuffer;
+
+constexpr double kTol = 5e-3;  // the bar for every output dtype
+// fp32 Y: the int32 sums are exact, so only the epilogue's fp32 roundings (int32 -> fp32, s_x * s, one FMA)
+// remain: a few 6e-8 relative steps.
+constexpr double kTolFp32 = 1e-6;
+
+struct Case {
+  int group_size;  // 0: per channel
+  int m, n, k;
+  W4A8Path path = W4A8Path::kAuto;
+  int splits = 0;
+  bool bias = false;
+  GemmDType y_dtype = GemmDType::kBF16;
+  int ldq_pad = 0, ldy_pad = 0;
+};
+
+std::string describe(const Case& c) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "g%d m%d n%d k%d path %s splits %d bias %d y %s ldq+%d ldy+%d", c.group_size, c.m,
+                c.n, c.k, w4a8_path_name(c.path), c.splits, int(c.bias), gemm_dtype_name(c.y_dtype), c.ldq_pad,
+                c.ldy_pad);
+  return buf;
+}
+
+// Weights with a per-row spread and offset (so that zeros and group scales vary), activations with a few
+// large outliers per row (so that the per-token scales matter).
+std::vector<float> make_weights(std::mt19937_64& rng, int n, int k) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> w(size_t(n) * k);
+  for (int r = 0; r < n; ++r) {
+    const float sc = 0.02f * (0.5f + std::abs(nd(rng))), off = 0.01f * nd(rng);
+    for (int c = 0; c < k; ++c) w[size_t(r) * k + c] = sc * nd(rng) + off;
+  }
+  return w;
+}
+std::vector<float> make_activations(std::mt19937_64& rng, int m, int k) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::uniform_int_distribution<int> col(0, k - 1);
+  std::vector<float> x(size_t(m) * k);
+  for (auto& v : x) v = nd(rng);
+  for (int r = 0; r < m; ++r) x[size_t(r) * k + col(rng)] *= 20.0f;
+  return x;
+}
+
+double read_y(const std::vector<uint8_t>& y, GemmDType d, size_t i) {
+  if (d == GemmDType::kFP32) {
+    float v;
+    std::memcpy(&v, y.data() + 4 * i, 4);
+    return v;
+  }
+  uint16_t b;
+  std::memcpy(&b, y.data() + 2 * i, 2);
+  return d == GemmDType::kBF16 ? bf16_bits_to_float(b) : fp16_bits_to_float(b);
+}
+
+// Runs one case twice; returns the worse relative L2 error (and fails the test above the bar).
+double run_case(const Case& c, std::mt19937_64& rng) {
+  SCOPED_TRACE(describe(c));
+  const std::vector<float> wf = make_weights(rng, c.n, c.k);
+  const std::vector<float> xf = make_activations(rng, c.m, c.k);
+  Int8Activations xa;
+  EXPECT_TRUE(quantize_activations_int8(xf.data(), c.m, c.k, &xa).ok());
+  std::vector<float> bias(c.n);
+  for (auto& b : bias) b = std::normal_distribution<float>(0.f, 0.5f)(rng);
+  std::vector<double> ref(size_t(c.m) * c.n);
+  W4A8Packed packed;
+  if (c.group_size) {
+    QoQGroupWeights w;
+    EXPECT_TRUE(qoq_quantize_weights(wf.data(), c.n, c.k, c.group_size, &w).ok());
+    EXPECT_TRUE(w4a8_group_gemm_reference(xa, w, c.bias ? bias.data() : nullptr, ref.data()).ok());
+    EXPECT_TRUE(w4a8_prepack(w, &packed).ok());
+  } else {
+    QoQChannelWeights w;
+    EXPECT_TRUE(qoq_quantize_channels(wf.data(), c.n, c.k, &w).ok());
+    EXPECT_TRUE(w4a8_channel_gemm_reference(xa, w, c.bias ? bias.data() : nullptr, ref.data()).ok());
+    EXPECT_TRUE(w4a8_prepack(w, &packed).ok());
+  }
+  if (::testing::Test::HasFailure()) return INFINITY;
+
+  const long long ldq = c.k + c.ldq_pad, ldy = c.n + c.ldy_pad;
+  const size_t ysize = c.y_dtype == GemmDType::kFP32 ? 4 : 2;
+  DeviceBuffer d_w(packed.data.size()), d_xq(size_t(c.m) * ldq), d_sx(4 * c.m), d_rs(4 * c.m), d_bias(4 * c.n),
+      d_y(size_t(c.m) * ldy * ysize);
+  std::vector<int8_t> xq(size_t(c.m) * ldq, 0x55);  // padding columns hold garbage the kernel must not read
+  for (int r = 0; r < c.m; ++r) std::memcpy(xq.data() + size_t(r) * ldq, xa.q.data() + size_t(r) * c.k, c.k);
+  EXPECT_EQ(cudaMemcpy(d_w.get(), packed.data.data(), packed.data.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d_xq.get(), xq.data(), xq.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d_sx.get(), xa.scale.data(), 4 * c.m, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d_rs.get(), xa.row_sum.data(), 4 * c.m, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d_bias.get(), bias.data(), 4 * c.n, cudaMemcpyHostToDevice), cudaSuccess);
+
+  W4A8Params p;
+  p.x.m = c.m;
+  p.x.k = c.k;
+  p.x.q = d_xq.as<int8_t>();
+  p.x.ldq = ldq;
+  p.x.scale = d_sx.as<float>();
+  p.x.row_sum = c.group_size ? nullptr : d_rs.as<int32_t>();  // the group scheme must not need them
+  p.w = {c.n, c.k, c.group_size, d_w.get(), packed.data.size()};
+  p.bias = c.bias ? d_bias.as<float>() : nullptr;
+  p.y_dtype = c.y_dtype;
+  p.y = d_y.get();
+  p.ldy = ldy;
+  p.path = c.path;
+  p.num_splits = c.splits;
+  size_t ws = 0;
+  EXPECT_TRUE(w4a8_gemm_workspace_bytes(p, &ws).ok());
+  DeviceBuffer d_ws(ws);
+  if (ws) {
+    EXPECT_EQ(cudaMemset(d_ws.get(), 0, ws), cudaSuccess);
+  }
+  p.workspace = d_ws.get();
+  p.workspace_bytes = ws;
+  W4A8Path path;
+  int splits = 0;
+  EXPECT_TRUE(w4a8_gemm_plan(p, &path, &splits).ok());
+  if (c.splits > 0) {
+    EXPECT_EQ(splits, std::min(c.splits, c.k / 64));
+  }
+
+  double worst = 0.0;
+  std::vector<uint8_t> y(size_t(c.m) * ldy * ysize);
+  std::vector<double> got(size_t(c.m) * c.n);
+  for (int rep = 0; rep < 2; ++rep) {
+    EXPECT_EQ(cudaMemset(d_y.get(), 0xFF, d_y.bytes()), cudaSuccess);  // NaN in every dtype
+    const Status s = w4a8_gemm(p, nullptr);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(y.data(), d_y.get(), y.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int r = 0; r < c.m; ++r)
+      for (int j = 0; j < c.n; ++j) got[size_t(r) * c.n + j] = read_y(y, c.y_dtype, size_t(r) * ldy + j);
+    const double err = rel_l2(got.data(), ref.data(), got.size());
+    const double tol = c.y_dtype == GemmDType::kFP32 ? kTolFp32 : kTol;
+    EXPECT_LE(err, tol) << "rep " << rep << " (resolved path " << w4a8_path_name(path) << ", splits " << splits << ")";
+    worst = std::max(worst, err);
+    // Columns past N inside ldy stay poisoned: the kernel writes only [M, N].
+    if (c.ldy_pad > 0) {
+      EXPECT_TRUE(std::isnan(read_y(y, c.y_dtype, size_t(ldy) - 1)));
+    }
+  }
+  if (ws) {  // the workspace is left zero for the next call
+    std::vector<uint8_t> wsb(ws);
+    EXPECT_EQ(cudaMemcpy(wsb.data(), d_ws.get(), ws, cudaMemcpyDeviceToHost), cudaSuccess);
+    size_t nonzero = 0;
+    for (uint8_t b : wsb) nonzero += b != 0;
+    EXPECT_EQ(nonzero, 0u) << "workspace bytes left nonzero";
+  }
+  return worst;
+}
+
+constexpr W4A8Path kPaths[] = {W4A8Path::kTokens8, W4A8Path::kTokens16, W4A8Path::kTokens32, W4A8Path::kTokens64,
+                               W4A8Path::kTokens128};
+
+// Every configuration x M in {1, 3, 16, 100} for one scheme; split counts, bias and Y dtype rotate.
+void every_path(int gs) {
+  QDEC_TEST_RNG(rng);
+  const GemmDType dts[] = {GemmDType::kBF16, GemmDType::kFP16, GemmDType::kFP32};
+  int i = 0;
+  double worst32 = 0, worst16 = 0;
+  for (W4A8Path path : kPaths)
+    for (int m : {1, 3, 16, 100}) {
+      Case c{gs, m, 257, 384};
+      c.path = path;
+      c.splits = (i % 3 == 0) ? 1 : (i % 3 == 1) ? 0 : 3;
+      c.bias = i % 2;
+      c.y_dtype = dts[i % 3];
+      ++i;
+      const double e = run_case(c, rng);
+      if (c.y_dtype == GemmDType::kFP32) {
+        worst32 = std::max(worst32, e);
+      } else {
+        worst16 = std::max(worst16, e);
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+  std::printf("[w4a8] group %d, every path: worst rel L2 fp32 Y %.3g, bf16/fp16 Y %.3g\n", gs, worst32, worst16);
+}
+
+TEST(W4A8Gpu, EveryPathGroup128) {
+  QDEC_SKIP_WITHOUT_GPU();
+  every_path(128);
+}
+TEST(W4A8Gpu, EveryPathGroup64) {
+  QDEC_SKIP_WITHOUT_GPU();
+  every_path(64);
+}
+TEST(W4A8Gpu, EveryPathGroup32) {
+  QDEC_SKIP_WITHOUT_GPU();
+  every_path(32);
+}
+TEST(W4A8Gpu, EveryPathPerChannel) {
+  QDEC_SKIP_WITHOUT_GPU();
+  every_path(0);
+}
+
+TEST(W4A8Gpu, LargeMAndShapes) {
+  QDEC_SKIP_WITHOUT_GPU();
+  QDEC_TEST_RNG(rng);
+  double worst32 = 0;
+  for (int gs : {128, 0}) {
+    for (W4A8Path path : {W4A8Path::kAuto, W4A8Path::kTokens64, W4A8Path::kTokens128}) {
+      Case c{gs, 1024, 257, 1024};
+      c.path = path;
+      c.bias = true;
+      c.y_dtype = GemmDType::kFP32;
+      worst32 = std::max(worst32, run_case(c, rng));
+    }
+  }
+  // Odd N and K, a decode shape with many splits, padded strides, fp16/bf16 Y.
+  for (const Case& c0 :
+       {Case{128, 1, 4097, 4096}, Case{128, 3, 1001, 640}, Case{64, 16, 129, 2048}, Case{32, 100, 33, 192},
+        Case{0, 1, 999, 4096}, Case{0, 17, 511, 1536}, Case{128, 300, 1000, 768}}) {
+    Case c = c0;
+    c.bias = true;
+    c.y_dtype = GemmDType::kFP32;
+    c.ldq_pad = 32;
+    c.ldy_pad = 3;
+    worst32 = std::max(worst32, run_case(c, rng));
+    c.y_dtype = GemmDType::kBF16;
+    c.ldq_pad = 0;
+    c.ldy_pad = 0;
+    run_case(c, rng);
+  }
+  std::printf("[w4a8] large M and shapes: worst rel L2 fp32 Y %.3g\n", worst32);
+}
+
+// ---- Bad inputs: a Status naming the value, nothing launched ---------------------------------------------------
+class W4A8Errors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Validation runs before any device call, so host addresses serve as (never dereferenced) device pointers.
+    p = W4A8Params{};
+    p.x.m = 4;
+    p.x.k = 128;
+    p.x.q = reinterpret_cast<const int8_t*>(buf);
+    p.x.scale = reinterpret_cast<const float*>(buf);
+    p.x.row_sum = reinterpret_cast<const int32_t*>(buf);
+    p.w = {40, 128, 128, buf, 1 << 20};
+    p.y = buf;
+  }
+  void expect_error(const char* needle) {
+    size_t ws = 0;
+    const Status s = w4a8_gemm_workspace_bytes(p, &ws);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message() << " (expected '" << needle << "')";
+    const Status s2 = w4a8_gemm(p, nullptr);
+    EXPECT_EQ(s2.message(), s.message());
+  }
+  alignas(16) static inline uint8_t buf[64] = {};
+  W4A8Params p;
+};
+
+TEST_F(W4A8Errors, Pointers) {
+  p.x.q = nullptr;
+  expect_error("x.q are null");
+  SetUp();
+  p.x.q = reinterpret_cast<const int8_t*>(buf + 8);
+  expect_error("16-byte aligned");
+  SetUp();
+  p.x.scale = nullptr;
+  expect_error("x.scale are null");
+  SetUp();
+  p.w.data = nullptr;
+  expect_error("w.data is null");
+  SetUp();
+  p.w.data = buf + 4;
+  expect_error("w.data is not 16-byte aligned");
+  SetUp();
+  p.y = nullptr;
+  expect_error("output y is null");
+  SetUp();
+  p.y = buf + 1;
+  expect_error("not 2-byte aligned");
+  SetUp();
+  p.bias = reinterpret_cast<const float*>(buf + 2);
+  expect_error("bias is not 4-byte aligned");
+}
+
+TEST_F(W4A8Errors, Shapes) {
+  p.x.k = 256;
+  expect_error("activation K 256 does not match weight K 128");
+  SetUp();
+  p.w.group_size = 96;
+  expect_error("group size 96");
+  SetUp();
+  p.w.k = p.x.k = 96;
+  expect_error("K 96 must be a positive multiple of 64");
+  SetUp();
+  p.w.k = p.x.k = 262144;
+  expect_error("K 262144 exceeds 131072");
+  SetUp();
+  p.w.bytes = 1000;
+  expect_error("weight bytes 1000 are fewer than");
+  SetUp();
+  p.x.ldq = 136;
+  expect_error("ldq 136");
+  SetUp();
+  p.ldy = 39;
+  expect_error("ldy 39 is smaller than N 40");
+  SetUp();
+  p.x.m = 0;
+  expect_error("M 0");
+  SetUp();
+  p.w.n = 0;
+  expect_error("N 0");
+  SetUp();
+  p.y_dtype = static_cast<GemmDType>(7);
+  expect_error("y dtype 7");
+  SetUp();
+  p.w.group_size = 0;
+  p.x.row_sum = nullptr;
+  expect_error("row sums x.row_sum are null");
+}
+
+TEST_F(W4A8Errors, WorkspaceTooSmall) {
+  QDEC_SKIP_WITHOUT_GPU();
+  QDEC_TEST_RNG(rng);
+  // A real problem whose forced split needs a workspace; the output must stay poisoned.
+  const int m = 2, n = 64, k = 512;
+  std::vector<float> wf = make_weights(rng, n, k);
+  QoQGroupWeights w;
+  ASSERT_TRUE(qoq_quantize_weights(wf.data(), n, k, 128, &w).ok());
+  W4A8Packed packed;
+  ASSERT_TRUE(w4a8_prepack(w, &packed).ok());
+  DeviceBuffer d_w(packed.data.size()), d_x(size_t(m) * k), d_s(4 * m), d_y(size_t(m) * n * 2);
+  QDEC_CUDA_CHECK(cudaMemcpy(d_w.get(), packed.data.data(), packed.data.size(), cudaMemcpyHostToDevice));
+  QDEC_CUDA_CHECK(cudaMemset(d_x.get(), 1, d_x.bytes()));
+  QDEC_CUDA_CHECK(cudaMemset(d_s.get(), 0, d_s.bytes()));
+  QDEC_CUDA_CHECK(cudaMemset(d_y.get(), 0xFF, d_y.bytes()));
+  W4A8Params q;
+  q.x = {m, k, d_x.as<int8_t>(), 0, d_s.as<float>(), nullptr};
+  q.w = {n, k, 128, d_w.get(), packed.data.size()};
+  q.y = d_y.get();
+  q.num_splits = 4;
+  size_t ws = 0;
+  QDEC_ASSERT_OK(w4a8_gemm_workspace_bytes(q, &ws));
+  ASSERT_GT(ws, 0u);
+  DeviceBuffer d_ws(ws);
+  q.workspace = d_ws.get();
+  q.workspace_bytes = ws - 16;
+  Status s = w4a8_gemm(q, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("workspace bytes " + std::to_string(ws - 16)), std::string::npos) << s.message();
+  q.workspace = nullptr;
+  s = w4a8_gemm(q, nullptr);
+  EXPECT_NE(s.message().find("workspace is null"), std::string::npos) << s.message();
+  QDEC_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> y(size_t(m) * n);
+  QDEC_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), y.size() * 2, cudaMemcpyDeviceToHost));
+  for (uint16_t v : y) ASSERT_EQ(v, 0xFFFF) << "a kernel ran despite the error";
+}
+
+}  // namespace
+}  // namespace qdec
