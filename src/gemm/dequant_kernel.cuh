@@ -25,7 +25,9 @@ struct DequantParams {
   int out_bf16;
 };
 
-// One thread per (tile, lane): 16 bytes of codes -> 32 (int4) or 16 (int8) values w = q * s + o, one rounding.
+// One warp per unit of 4 tiles of one row block, a lane's 16 bytes of codes per tile -> 32 (int4) or 16 (int8)
+// values w = q * s + o (fp32 FMA), one rounding to 16 bits. InvalidArgument (naming the value) for a bad layout,
+// row range (row_begin a multiple of 16, row_end <= n), a group that is neither K nor a power of two, or nulls.
 Status launch_dequant(const DequantParams& p, cudaStream_t stream);
 
 // y[m, n] = act(y[m, n] + bias[n]) in place (y_dtype: GemmDType).
