@@ -25,4 +25,7 @@ void register_plan_command(CLI::App& app, Registry& reg);
 // generate, ppl, calibrate (cmd_model.cpp).
 void register_model_commands(CLI::App& app, Registry& reg);
 
+// `qdec bench int8`: the INT8 tensor-core benchmark (cmd_bench_int8.cpp; built with the benchmarks).
+void register_bench_int8_command(CLI::App& bench, Registry& reg);
+
 }  // namespace qdec::cli

@@ -256,6 +256,7 @@ int main(int argc, char** argv) {
   qdec::cli::Registry registry;
 #ifdef QDEC_HAVE_BENCH
   qdec::cli::register_bench_gemm_command(*bench, registry);  // cmd_bench_gemm.cpp
+  qdec::cli::register_bench_int8_command(*bench, registry);  // cmd_bench_int8.cpp
 #endif
   qdec::cli::register_model_commands(app, registry);
   qdec::cli::register_plan_command(app, registry);

@@ -1,0 +1,488 @@
+// Activation quantization kernels (qdec/act_quant.h): per-token symmetric int8, fused RMSNorm + per-token int8,
+// and seed 003's per-K-block asymmetric int8. Bit-exact with qdec/int8_quant.h.
+//
+//   X [m, ldx] (bf16 / fp16; fp32 too for the block quantizer) -> q [m, ldq] int8 + per-row (or per-block) meta
+//
+// Design: the per-token kernels run one CTA per row (128 / 256 / 512 threads by K) and keep the row in registers
+// as fp32 (kVpt 16-byte vectors per thread): one DRAM read of X, one write of the codes; the reductions (sum of
+// squares in float64, amax, code sum) are warp shuffles plus one shared-memory step. Rows longer than
+// kActQuantRegisterMaxK loop over the row per pass instead (the later passes hit L2). Every rounding step is an
+// explicit _rn intrinsic so that no contraction or fast-math flag can change a bit: the CPU does the same
+// operations one IEEE rounding at a time. The block quantizer gives each K-block to L/8 adjacent lanes (8
+// elements each): the block's min / max are reduced by shuffles with the CPU's tie rule (first index wins, which
+// only matters for -0 versus +0).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "qdec/act_quant.h"
+#include "runtime/cuda_check.h"
+
+namespace qdec {
+namespace {
+
+// ---- element loads ----------------------------------------------------------------------------------------------
+
+// kDType: 0 bf16, 1 fp16, 2 fp32 (GemmDType order).
+template <int kDType>
+__device__ __forceinline__ float elem_to_float(const void* row, int e) {
+  if constexpr (kDType == 0) {
+    return __bfloat162float(__ushort_as_bfloat16(static_cast<const unsigned short*>(row)[e]));
+  } else if constexpr (kDType == 1) {
+    return __half2float(__ushort_as_half(static_cast<const unsigned short*>(row)[e]));
+  } else {
+    return static_cast<const float*>(row)[e];
+  }
+}
+
+__device__ __forceinline__ void unpack16(const uint4& u, int kDType, float* v) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const unsigned short lo = static_cast<unsigned short>(w[i] & 0xFFFF), hi = static_cast<unsigned short>(w[i] >> 16);
+    if (kDType == 0) {
+      v[2 * i] = __bfloat162float(__ushort_as_bfloat16(lo));
+      v[2 * i + 1] = __bfloat162float(__ushort_as_bfloat16(hi));
+    } else {
+      v[2 * i] = __half2float(__ushort_as_half(lo));
+      v[2 * i + 1] = __half2float(__ushort_as_half(hi));
+    }
+  }
+}
+
+// Elements e .. e + 7 of a row as fp32; those at or beyond k read as 0 (neutral for every reduction here, and
+// never stored). vec: the row is 16-byte aligned at every multiple of 8 elements.
+template <int kDType>
+__device__ __forceinline__ void load8(const void* row, int e, int k, bool vec, float (&v)[8]) {
+  if (vec && e + 8 <= k) {
+    if constexpr (kDType == 2) {
+      const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(row) + e);
+      const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(row) + e + 4);
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+      const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(row) + e);
+      unpack16(u, kDType, v);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = e + i < k ? elem_to_float<kDType>(row, e + i) : 0.0f;
+  }
+}
+
+// Codes e .. e + 7 (those below k): one 8-byte store when all eight are in the row (q rows are 16-byte aligned and
+// e is a multiple of 8).
+__device__ __forceinline__ void store8(int8_t* row, int e, int k, const int (&c)[8]) {
+  if (e + 8 <= k) {
+    uint2 u;
+    u.x = (uint32_t(c[0]) & 0xFF) | ((uint32_t(c[1]) & 0xFF) << 8) | ((uint32_t(c[2]) & 0xFF) << 16) |
+          (uint32_t(c[3]) << 24);
+    u.y = (uint32_t(c[4]) & 0xFF) | ((uint32_t(c[5]) & 0xFF) << 8) | ((uint32_t(c[6]) & 0xFF) << 16) |
+          (uint32_t(c[7]) << 24);
+    *reinterpret_cast<uint2*>(row + e) = u;
+  } else {
+    for (int i = 0; i < 8 && e + i < k; ++i) row[e + i] = static_cast<int8_t>(c[i]);
+  }
+}
+
+// ---- reductions -------------------------------------------------------------------------------------------------
+
+struct SumOp {
+  template <class T>
+  __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// All threads get the result. Sums of doubles: a fixed tree (warp xor shuffles, then warp 0 over the warps).
+template <class T, class Op>
+__device__ T block_reduce(T v, Op op, T* smem /* [32] */) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+  __syncthreads();  // smem may still be read by a previous reduction
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  T r = smem[0];
+  for (int w = 1; w < nwarps; ++w) r = op(r, smem[w]);
+  return r;
+}
+
+// rint(x / s) with x / s the IEEE fp32 quotient, computed from t = x * inv (inv = 1 / s rounded): IEEE division
+// is a long instruction sequence, and once per element it made these kernels compute-bound. t is within 2^-23
+// relative of x / s and the rounded quotient within 2^-24, and every quotient here is at most ~128 in magnitude, so
+// t and the quotient round to the same integer unless they lie within ~3e-5 of a half-integer: those (a fraction
+// 2e-3 of the elements, by the 1e-3 margin) take the division. inv is infinite for s below 2^-128: division.
+__device__ __forceinline__ float rint_div(float x, float s, float inv) {
+  const float t = __fmul_rn(x, inv);
+  const float frac = fabsf(t - truncf(t));  // exact
+  if (fabsf(frac - 0.5f) < 1e-3f || isinf(inv)) return rintf(__fdiv_rn(x, s));
+  return rintf(t);
+}
+
+// The per-token symmetric quantizer of one value: q = clamp(rint(y / s), -127, 127), NaN -> 0, s == 0 -> 0.
+__device__ __forceinline__ int quant_sym(float y, float s, float inv) {
+  if (s == 0.0f || isnan(y)) return 0;
+  return static_cast<int>(fminf(fmaxf(rint_div(y, s, inv), -127.0f), 127.0f));
+}
+
+struct RowArgs {
+  int m, k;
+  const void* x;
+  long long ldx;
+  int8_t* q;
+  long long ldq;
+  float* scale;
+  int32_t* row_sum;
+  const void* weight;  // RMSNorm only
+  float eps;
+  int vec;  // 1: X rows and weight are 16-byte aligned (16-byte loads)
+};
+
+// One CTA per row. kVpt > 0: the row (and the normalized row) lives in kVpt 8-element vectors per thread;
+// kVpt == 0: every pass loops over the row in global memory.
+// kDType: 0 bf16, 1 fp16. kNorm: RMSNorm before the quantizer.
+template <int kDType, bool kNorm, int kVpt>
+__global__ void __launch_bounds__(512) act_quant_row_kernel(const RowArgs a) {
+  __shared__ double smem_d[32];
+  __shared__ float smem_f[32];
+  __shared__ int smem_i[32];
+  const int row = blockIdx.x;
+  const void* xr = static_cast<const char*>(a.x) + size_t(row) * a.ldx * 2;
+  int8_t* qr = a.q + size_t(row) * a.ldq;
+  const int nvec = (a.k + 7) / 8;
+  const int stride = blockDim.x;
+  const bool vec = a.vec != 0;
+
+  constexpr int kCache = kVpt > 0 ? kVpt : 1;
+  float v[kCache][8];
+  if constexpr (kVpt > 0) {
+#pragma unroll
+    for (int j = 0; j < kVpt; ++j) {
+      const int vi = threadIdx.x + j * stride;
+      if (vi < nvec) {
+        load8<kDType>(xr, vi * 8, a.k, vec, v[j]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[j][i] = 0.0f;
+      }
+    }
+  }
+  // Visits each of this thread's vectors: f(vector index, values). In loop mode the values are re-read.
+  auto for_each_vec = [&](auto&& f) {
+    if constexpr (kVpt > 0) {
+#pragma unroll
+      for (int j = 0; j < kVpt; ++j) {
+        const int vi = threadIdx.x + j * stride;
+        if (vi < nvec) f(vi, v[j]);
+      }
+    } else {
+      for (int vi = threadIdx.x; vi < nvec; vi += stride) {
+        load8<kDType>(xr, vi * 8, a.k, vec, v[0]);
+        f(vi, v[0]);
+      }
+    }
+  };
+
+  float r = 1.0f;
+  if constexpr (kNorm) {
+    double ss = 0.0;
+    for_each_vec([&](int, const float(&x)[8]) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss = __dadd_rn(ss, __dmul_rn(double(x[i]), double(x[i])));
+    });
+    ss = block_reduce(ss, SumOp{}, smem_d);
+    const float ms = __double2float_rn(__ddiv_rn(ss, double(a.k)));
+    r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ms, a.eps)));
+  }
+  // y = (x * r) * w, two fp32 roundings (the CPU's order); computed in place in register mode.
+  auto normalize = [&](int vi, float(&x)[8]) {
+    if constexpr (kNorm) {
+      float w[8];
+      load8<kDType>(a.weight, vi * 8, a.k, vec, w);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = __fmul_rn(__fmul_rn(x[i], r), w[i]);
+    }
+  };
+
+  float amax = 0.0f;
+  if constexpr (kVpt > 0) {
+#pragma unroll
+    for (int j = 0; j < kVpt; ++j) {
+      const int vi = threadIdx.x + j * stride;
+      if (vi < nvec) {
+        normalize(vi, v[j]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          if (vi * 8 + i < a.k && isfinite(v[j][i])) amax = fmaxf(amax, fabsf(v[j][i]));
+      }
+    }
+  } else {
+    for_each_vec([&](int vi, float(&x)[8]) {
+      normalize(vi, x);
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        if (vi * 8 + i < a.k && isfinite(x[i])) amax = fmaxf(amax, fabsf(x[i]));
+    });
+  }
+  amax = block_reduce(amax, MaxOp{}, smem_f);
+  const float s = __fdiv_rn(amax, 127.0f);
+  const float inv = __frcp_rn(s);
+
+  int sum = 0;
+  auto quantize = [&](int vi, const float(&y)[8]) {
+    int c[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      c[i] = vi * 8 + i < a.k ? quant_sym(y[i], s, inv) : 0;
+      sum += c[i];
+    }
+    store8(qr, vi * 8, a.k, c);
+  };
+  if constexpr (kVpt > 0) {
+#pragma unroll
+    for (int j = 0; j < kVpt; ++j) {
+      const int vi = threadIdx.x + j * stride;
+      if (vi < nvec) quantize(vi, v[j]);
+    }
+  } else {
+    for_each_vec([&](int vi, float(&x)[8]) {
+      normalize(vi, x);
+      quantize(vi, x);
+    });
+  }
+  sum = block_reduce(sum, SumOp{}, smem_i);
+  if (threadIdx.x == 0) {
+    a.scale[row] = s;
+    if (a.row_sum) a.row_sum[row] = sum;
+  }
+}
+
+// ---- per-block quantizer ----------------------------------------------------------------------------------------
+
+struct BlockArgs {
+  int rows, k, block;
+  const void* x;
+  long long ldx;
+  int8_t* q;
+  long long ldq;
+  float* scale;
+  float* offset;
+  int32_t* block_sum;
+  int vec;
+};
+
+constexpr int kBlockThreads = 256;
+constexpr int kNoIndex = INT_MAX;
+
+// (value, index) order of the CPU loop: a later equal value never replaces an earlier one.
+__device__ __forceinline__ void take_min(float& v, int& i, float ov, int oi) {
+  if (oi == kNoIndex) return;
+  if (i == kNoIndex || ov < v || (ov == v && oi < i)) v = ov, i = oi;
+}
+__device__ __forceinline__ void take_max(float& v, int& i, float ov, int oi) {
+  if (oi == kNoIndex) return;
+  if (i == kNoIndex || ov > v || (ov == v && oi < i)) v = ov, i = oi;
+}
+
+// grid (rows, ceil(k / (8 * kBlockThreads))): each thread 8 consecutive elements, L / 8 lanes per K-block.
+// kDType: 0 bf16, 1 fp16, 2 fp32. kLanes: lanes per block (block / 8: 4, 8, 16).
+template <int kDType, int kLanes>
+__global__ void __launch_bounds__(kBlockThreads) block_quant_kernel(const BlockArgs a) {
+  const int row = blockIdx.x;
+  const int e = (blockIdx.y * kBlockThreads + threadIdx.x) * 8;
+  const size_t esize = kDType == 2 ? 4 : 2;
+  const void* xr = static_cast<const char*>(a.x) + size_t(row) * a.ldx * esize;
+  float v[8];
+  load8<kDType>(xr, e, a.k, a.vec != 0, v);
+  float lo = 0.0f, hi = 0.0f;
+  int lo_i = kNoIndex, hi_i = kNoIndex;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if (e + i >= a.k || !isfinite(v[i])) continue;
+    take_min(lo, lo_i, v[i], e + i);
+    take_max(hi, hi_i, v[i], e + i);
+  }
+#pragma unroll
+  for (int off = 1; off < kLanes; off <<= 1) {
+    const float olo = __shfl_xor_sync(0xffffffffu, lo, off), ohi = __shfl_xor_sync(0xffffffffu, hi, off);
+    const int olo_i = __shfl_xor_sync(0xffffffffu, lo_i, off), ohi_i = __shfl_xor_sync(0xffffffffu, hi_i, off);
+    take_min(lo, lo_i, olo, olo_i);
+    take_max(hi, hi_i, ohi, ohi_i);
+  }
+  if (lo_i == kNoIndex) lo = 0.0f, hi = 0.0f;  // no finite value in the block
+  const float s = __fdiv_rn(__fsub_rn(hi, lo), 255.0f);
+  const bool degenerate = s == 0.0f || !isfinite(s);
+  const float o = degenerate ? lo : __fadd_rn(lo, __fmul_rn(128.0f, s));
+  const float inv = __frcp_rn(s);
+  int c[8], sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    c[i] = 0;
+    if (!degenerate && !isnan(v[i]))
+      c[i] = static_cast<int>(fminf(fmaxf(rint_div(__fsub_rn(v[i], o), s, inv), -128.0f), 127.0f));
+    if (e + i < a.k) sum += c[i];
+  }
+#pragma unroll
+  for (int off = 1; off < kLanes; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if (e >= a.k) return;
+  store8(a.q + size_t(row) * a.ldq, e, a.k, c);
+  if ((threadIdx.x % kLanes) == 0) {
+    const int nb = a.k / a.block;
+    const size_t mi = size_t(row) * nb + e / a.block;
+    a.scale[mi] = degenerate ? 0.0f : s;
+    a.offset[mi] = o;
+    a.block_sum[mi] = sum;
+  }
+}
+
+// ---- validation -------------------------------------------------------------------------------------------------
+
+Status invalid(const std::string& msg) {
+  return Status(StatusCode::kInvalidArgument, msg);
+}
+
+bool aligned(const void* p, size_t a) {
+  return reinterpret_cast<uintptr_t>(p) % a == 0;
+}
+
+size_t dtype_bytes(GemmDType d) {
+  return d == GemmDType::kFP32 ? 4 : 2;
+}
+
+// Shared checks of the input and the codes; *ldx_out / *ldq_out receive the resolved leading dimensions.
+Status check_common(const char* what, int rows, int k, GemmDType xd, const void* x, long long ldx, const int8_t* q,
+                    long long ldq, long long* ldx_out, long long* ldq_out) {
+  if (rows < 1 || rows > (1 << 30))
+    return invalid(std::string(what) + ": M " + std::to_string(rows) + " is outside 1..2^30");
+  if (k < 1 || k > kActQuantMaxK)
+    return invalid(std::string(what) + ": K " + std::to_string(k) + " is outside 1.." + std::to_string(kActQuantMaxK));
+  if (!x) return invalid(std::string(what) + ": x is null");
+  if (!aligned(x, dtype_bytes(xd)))
+    return invalid(std::string(what) + ": x is not aligned to its element size " + std::to_string(dtype_bytes(xd)));
+  const long long lx = ldx ? ldx : k;
+  if (lx < k) return invalid(std::string(what) + ": ldx " + std::to_string(ldx) + " < K " + std::to_string(k));
+  if (!q) return invalid(std::string(what) + ": q is null");
+  if (!aligned(q, 16)) return invalid(std::string(what) + ": q is not 16-byte aligned");
+  const long long lq = ldq ? ldq : k;
+  if (lq < k || lq % 16 != 0)
+    return invalid(std::string(what) + ": ldq " + std::to_string(lq) + " must be >= K " + std::to_string(k) +
+                   " and a multiple of 16");
+  *ldx_out = lx;
+  *ldq_out = lq;
+  return Status::Ok();
+}
+
+Status check_vec_out(const char* what, const char* name, const void* p, bool required) {
+  if (!p) return required ? invalid(std::string(what) + ": " + name + " is null") : Status::Ok();
+  if (!aligned(p, 4)) return invalid(std::string(what) + ": " + name + " is not 4-byte aligned");
+  return Status::Ok();
+}
+
+// Threads per row: enough that kVpt = 4 vectors of 8 cover the row (K <= 16384 with 512 threads).
+int row_threads(int k) {
+  return k <= 4096 ? 128 : k <= 8192 ? 256 : 512;
+}
+
+template <bool kNorm>
+Status launch_rows(const RowArgs& a, GemmDType xd, cudaStream_t stream) {
+  const int threads = row_threads(a.k);
+  const bool regs = a.k <= kActQuantRegisterMaxK;
+  const dim3 grid(static_cast<unsigned>(a.m));
+  if (xd == GemmDType::kBF16) {
+    if (regs) {
+      act_quant_row_kernel<0, kNorm, 4><<<grid, threads, 0, stream>>>(a);
+    } else {
+      act_quant_row_kernel<0, kNorm, 0><<<grid, threads, 0, stream>>>(a);
+    }
+  } else {
+    if (regs) {
+      act_quant_row_kernel<1, kNorm, 4><<<grid, threads, 0, stream>>>(a);
+    } else {
+      act_quant_row_kernel<1, kNorm, 0><<<grid, threads, 0, stream>>>(a);
+    }
+  }
+  return cuda_status(cudaGetLastError(), kNorm ? "rmsnorm_quantize launch" : "quantize_activations launch");
+}
+
+}  // namespace
+
+Status quantize_activations(const ActQuantParams& p, cudaStream_t stream) {
+  const char* what = "quantize_activations";
+  if (p.x_dtype != GemmDType::kBF16 && p.x_dtype != GemmDType::kFP16)
+    return invalid(std::string(what) + ": x dtype " + gemm_dtype_name(p.x_dtype) + " is not supported (bf16, fp16)");
+  long long ldx = 0, ldq = 0;
+  QDEC_RETURN_IF_ERROR(check_common(what, p.m, p.k, p.x_dtype, p.x, p.ldx, p.q, p.ldq, &ldx, &ldq));
+  QDEC_RETURN_IF_ERROR(check_vec_out(what, "scale", p.scale, true));
+  QDEC_RETURN_IF_ERROR(check_vec_out(what, "row_sum", p.row_sum, false));
+  RowArgs a{p.m, p.k, p.x, ldx, p.q, ldq, p.scale, p.row_sum, nullptr, 0.0f, 0};
+  a.vec = aligned(p.x, 16) && ldx % 8 == 0;
+  return launch_rows<false>(a, p.x_dtype, stream);
+}
+
+Status rmsnorm_quantize(const RmsNormQuantParams& p, cudaStream_t stream) {
+  const char* what = "rmsnorm_quantize";
+  const ActQuantParams& o = p.out;
+  if (o.x_dtype != GemmDType::kBF16 && o.x_dtype != GemmDType::kFP16)
+    return invalid(std::string(what) + ": x dtype " + gemm_dtype_name(o.x_dtype) + " is not supported (bf16, fp16)");
+  long long ldx = 0, ldq = 0;
+  QDEC_RETURN_IF_ERROR(check_common(what, o.m, o.k, o.x_dtype, o.x, o.ldx, o.q, o.ldq, &ldx, &ldq));
+  QDEC_RETURN_IF_ERROR(check_vec_out(what, "scale", o.scale, true));
+  QDEC_RETURN_IF_ERROR(check_vec_out(what, "row_sum", o.row_sum, false));
+  if (!p.weight) return invalid(std::string(what) + ": weight is null");
+  if (!aligned(p.weight, 2)) return invalid(std::string(what) + ": weight is not 2-byte aligned");
+  if (!std::isfinite(p.eps) || p.eps < 0.0f)
+    return invalid(std::string(what) + ": eps " + std::to_string(p.eps) + " must be finite and >= 0");
+  RowArgs a{o.m, o.k, o.x, ldx, o.q, ldq, o.scale, o.row_sum, p.weight, p.eps, 0};
+  a.vec = aligned(o.x, 16) && ldx % 8 == 0 && aligned(p.weight, 16);
+  return launch_rows<true>(a, o.x_dtype, stream);
+}
+
+Status quantize_blocks(const BlockQuantParams& p, cudaStream_t stream) {
+  const char* what = "quantize_blocks";
+  if (p.x_dtype != GemmDType::kBF16 && p.x_dtype != GemmDType::kFP16 && p.x_dtype != GemmDType::kFP32)
+    return invalid(std::string(what) + ": x dtype " + gemm_dtype_name(p.x_dtype) + " is not supported");
+  long long ldx = 0, ldq = 0;
+  QDEC_RETURN_IF_ERROR(check_common(what, p.rows, p.k, p.x_dtype, p.x, p.ldx, p.q, p.ldq, &ldx, &ldq));
+  if (p.block != 32 && p.block != 64 && p.block != 128)
+    return invalid(std::string(what) + ": block " + std::to_string(p.block) + " is not supported (32, 64, 128)");
+  if (p.k % p.block != 0)
+    return invalid(std::string(what) + ": K " + std::to_string(p.k) + " is not a multiple of the block " +
+                   std::to_string(p.block));
+  QDEC_RETURN_IF_ERROR(check_vec_out(what, "scale", p.scale, true));
+  QDEC_RETURN_IF_ERROR(check_vec_out(what, "offset", p.offset, true));
+  QDEC_RETURN_IF_ERROR(check_vec_out(what, "block_sum", p.block_sum, true));
+  BlockArgs a{p.rows, p.k, p.block, p.x, ldx, p.q, ldq, p.scale, p.offset, p.block_sum, 0};
+  a.vec = aligned(p.x, 16) && (ldx * static_cast<long long>(dtype_bytes(p.x_dtype))) % 16 == 0;
+  const dim3 grid(static_cast<unsigned>(p.rows),
+                  static_cast<unsigned>((p.k + 8 * kBlockThreads - 1) / (8 * kBlockThreads)));
+  // Dispatch list: dtype {bf16, fp16, fp32} x lanes per block {4, 8, 16}.
+  auto go = [&](auto dtype_tag) {
+    constexpr int D = decltype(dtype_tag)::value;
+    if (p.block == 32) {
+      block_quant_kernel<D, 4><<<grid, kBlockThreads, 0, stream>>>(a);
+    } else if (p.block == 64) {
+      block_quant_kernel<D, 8><<<grid, kBlockThreads, 0, stream>>>(a);
+    } else {
+      block_quant_kernel<D, 16><<<grid, kBlockThreads, 0, stream>>>(a);
+    }
+  };
+  if (p.x_dtype == GemmDType::kBF16) {
+    go(std::integral_constant<int, 0>{});
+  } else if (p.x_dtype == GemmDType::kFP16) {
+    go(std::integral_constant<int, 1>{});
+  } else {
+    go(std::integral_constant<int, 2>{});
+  }
+  return cuda_status(cudaGetLastError(), "quantize_blocks launch");
+}
+
+}  // namespace qdec
