@@ -298,8 +298,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kv_append_kernel(const __
   // grid's completion before it reads the cache.
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   // The frequencies sit in the parameter (constant) bank, where loads by different lanes of different
-  // addresses are serialized: copy them once per block, off the critical path (the barrier below comes
-  // before any dependent load returns).
+  // addresses are serialized: copy them once per block, while the row, start_pos and block-table loads below
+  // are in flight (the barrier comes after all of them are issued).
   if (p.rope_style != 0)
     for (int k = threadIdx.x; k < p.rotary_dim / 2; k += blockDim.x) inv_freq[k] = p.inv_freq[k];
   const int lane = threadIdx.x % 32;
@@ -308,15 +308,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kv_append_kernel(const __
   const long long warp = static_cast<long long>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int role = static_cast<int>(warp & 1);  // 0 K, 1 V
   const int h = static_cast<int>((warp >> 1) % p.num_kv_heads);
-  const long long i = (warp >> 1) / p.num_kv_heads;  // new token (input row group)
-  const bool active = i < p.num_tokens;
+  // New token (input row group). Warps past the last token take part in the barrier below only; their
+  // loads use the last token, so every load stays in bounds and unconditional.
+  const bool active = (warp >> 1) / p.num_kv_heads < p.num_tokens;
+  const long long i = active ? (warp >> 1) / p.num_kv_heads : p.num_tokens - 1;
 
   // The row does not depend on where it goes: load it first, so its latency overlaps the chain
   // start_pos -> block table below.
-  RawRow<VPL> raw{};
-  if (active) raw = load_raw<VPL>(role == 0 ? p.k : p.v, i * p.num_kv_heads + h, lane);
-  __syncthreads();  // inv_freq
-  if (!active) return;
+  const RawRow<VPL> raw = load_raw<VPL>(role == 0 ? p.k : p.v, i * p.num_kv_heads + h, lane);
 
   // Which sequence, and where in it.
   int b = static_cast<int>(i), run_start = static_cast<int>(i);
@@ -342,6 +341,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kv_append_kernel(const __
   const Side& side = p.side[role];
   uint8_t* tile = p.pool + page * p.page_bytes + side.base + static_cast<long long>(h) * side.tile_bytes;
 
+  __syncthreads();  // inv_freq
+  if (!active) return;
   float x[VPL];
   to_floats<VPL>(p, raw, role == 0, pos, inv_freq, stage_all[threadIdx.x / 32], sincos_all[threadIdx.x / 32], lane, x);
   write_row<VPL>(p, side, role == 0, tile, token, page_size, lane, x);
