@@ -30,9 +30,10 @@
 #include <utility>
 #include <vector>
 
+#include "bench_common.cuh"
+#include "bench_timer.cuh"
 #include "gemm/cublaslt.h"
 #include "gemm/dequant_kernel.cuh"
-#include "bench_common.cuh"
 #include "gemm_bench.h"
 #include "qdec/formats.h"
 #include "qdec/gemm.h"
@@ -42,7 +43,6 @@ namespace qdec::bench {
 namespace {
 
 using json = nlohmann::json;
-
 
 class Buf {
  public:
@@ -108,130 +108,6 @@ void fill(const Buf& b, int kind, uint64_t seed, cudaStream_t s) {
                                                                                       words, kind, mix64(seed));
   BENCH_CUDA(cudaGetLastError());
 }
-
-
-
-__global__ void hold_kernel(volatile int* flag, uint64_t timeout_ns) {
-  uint64_t start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  while (flag[0] == 0) {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start > timeout_ns) break;
-    __nanosleep(1000);
-  }
-}
-
-// One thread spins for `cycles` SM clock cycles: timed with events right after a batch, it reads the SM clock
-// the batch ran at (the card's clocks are never changed; short batches can run before the clock ramps up).
-__global__ void clock_probe_kernel(long long cycles) {
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Times `launch(i)` (i = rotation index) iters times behind a host-released hold; returns the median in µs.
-class Timer {
- public:
-  Timer(cudaStream_t s, int max_iters) : s_(s) {
-    BENCH_CUDA(cudaHostAlloc(&flag_, 2 * sizeof(int), cudaHostAllocMapped));
-    BENCH_CUDA(cudaHostGetDevicePointer(&dflag_, flag_, 0));
-    ev_.resize(2 * size_t(max_iters));
-    for (auto& e : ev_) BENCH_CUDA(cudaEventCreate(&e));
-    for (auto& e : probe_) BENCH_CUDA(cudaEventCreate(&e));
-  }
-  ~Timer() {
-    for (auto& e : ev_) cudaEventDestroy(e);
-    for (auto& e : probe_) cudaEventDestroy(e);
-    cudaFreeHost(flag_);
-  }
-  // warm_ms > 0: before the timed batch, keep the GPU busy with the case itself for that long (host clock).
-  void set_warm_ms(double ms) { warm_ms_ = ms; }
-  // SM clock (MHz) read by the clock probe right after the last timed batch.
-  double last_sm_mhz() const { return last_mhz_; }
-
-  // Back-to-back launches as a decode step issues them: `reps` launches (rotation indices 0..reps-1) captured
-  // into one CUDA graph; the graph is replayed `iters` times, each replay between its own events; returns the
-  // median replay time / reps in µs. No per-launch event pair, so the ~3 µs event-timing floor of time() is
-  // not in it.
-  template <class F>
-  double time_graph(int reps, int iters, F&& launch) {
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    BENCH_CUDA(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < reps; ++i) launch(i);
-    BENCH_CUDA(cudaStreamEndCapture(s_, &graph));
-    BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    BENCH_CUDA(cudaGraphLaunch(exec, s_));
-    BENCH_CUDA(cudaStreamSynchronize(s_));
-    std::vector<double> us(iters);
-    for (int i = 0; i < iters; ++i) {
-      BENCH_CUDA(cudaEventRecord(ev_[0], s_));
-      BENCH_CUDA(cudaGraphLaunch(exec, s_));
-      BENCH_CUDA(cudaEventRecord(ev_[1], s_));
-      BENCH_CUDA(cudaEventSynchronize(ev_[1]));
-      float ms = 0.f;
-      BENCH_CUDA(cudaEventElapsedTime(&ms, ev_[0], ev_[1]));
-      us[i] = 1e3 * ms / reps;
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    return median(us);
-  }
-
-  template <class F>
-  double time(int warmup, int iters, F&& launch) {
-    for (int i = 0; i < warmup; ++i) launch(i);
-    BENCH_CUDA(cudaStreamSynchronize(s_));
-    if (warm_ms_ > 0) {
-      const auto t0 = std::chrono::steady_clock::now();
-      int i = 0;
-      while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < warm_ms_) {
-        for (int j = 0; j < 8; ++j) launch(i++);
-        BENCH_CUDA(cudaStreamSynchronize(s_));
-      }
-    }
-    flag_[0] = 0;
-    hold_kernel<<<1, 1, 0, s_>>>(dflag_, 2000000000ull);
-    BENCH_CUDA(cudaGetLastError());
-    for (int i = 0; i < iters; ++i) {
-      BENCH_CUDA(cudaEventRecord(ev_[2 * i], s_));
-      launch(warmup + i);
-      BENCH_CUDA(cudaEventRecord(ev_[2 * i + 1], s_));
-    }
-    constexpr long long kProbeCycles = 200000;
-    BENCH_CUDA(cudaEventRecord(probe_[0], s_));
-    clock_probe_kernel<<<1, 1, 0, s_>>>(kProbeCycles);
-    BENCH_CUDA(cudaEventRecord(probe_[1], s_));
-    flag_[0] = 1;
-    BENCH_CUDA(cudaStreamSynchronize(s_));
-    float probe_ms = 0.f;
-    BENCH_CUDA(cudaEventElapsedTime(&probe_ms, probe_[0], probe_[1]));
-    last_mhz_ = probe_ms > 0.f ? kProbeCycles / (1e3 * probe_ms) : 0.0;
-    std::vector<double> us(iters);
-    for (int i = 0; i < iters; ++i) {
-      float ms = 0.f;
-      BENCH_CUDA(cudaEventElapsedTime(&ms, ev_[2 * i], ev_[2 * i + 1]));
-      us[i] = 1e3 * ms;
-    }
-    return median(us);
-  }
-
- private:
-  cudaStream_t s_;
-  int* flag_ = nullptr;
-  int* dflag_ = nullptr;
-  std::vector<cudaEvent_t> ev_;
-  cudaEvent_t probe_[2] = {nullptr, nullptr};
-  double warm_ms_ = 0.0;
-  double last_mhz_ = 0.0;
-};
-
 
 struct ShapeNK {
   int n, k;
@@ -489,8 +365,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               const double mhz = timer.last_sm_mhz();
               BENCH_CUDA(cudaGetLastError());
               const double g_us = graph ? timer.time_graph(o.graph_reps, o.iters, launch) : 0.0;
-              const bool is_auto = path == GemmPath::kAuto &&
-                                   (used == GemmPath::kFused) == (m <= kAutoFusedMaxM);
+              const bool is_auto = path == GemmPath::kAuto && (used == GemmPath::kFused) == (m <= kAutoFusedMaxM);
               const std::string pth =
                   (used == GemmPath::kFused ? fmt::format("fused s{}", splits) : std::string("dequant+cublaslt")) +
                   (both && is_auto ? "*" : "");
@@ -530,9 +405,9 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
                            double mhz, double g_us, double g_speedup) {
             const double pct = 100.0 * (wbytes + xy) / (us * 1e-6) / 1e9 / ceiling_gbps;
             const double g_pct = g_us > 0 ? 100.0 * (wbytes + xy) / (g_us * 1e-6) / 1e9 / ceiling_gbps : 0.0;
-            out << fmt::format("{:>12} {:>5} {:>13} {:>9.2f} {:>8.1f} {:>9.0f} {:>6.1f}% {:>7.2f}x {:>17} {:>7.0f}",
-                               nk, m, name, us, flops / (us * 1e-6) / 1e12, wbytes / (us * 1e-6) / 1e9, pct, speedup,
-                               pth, mhz);
+            out << fmt::format("{:>12} {:>5} {:>13} {:>9.2f} {:>8.1f} {:>9.0f} {:>6.1f}% {:>7.2f}x {:>17} {:>7.0f}", nk,
+                               m, name, us, flops / (us * 1e-6) / 1e12, wbytes / (us * 1e-6) / 1e9, pct, speedup, pth,
+                               mhz);
             if (g_us > 0) {
               out << fmt::format(" {:>9.2f} {:>6.1f}% {:>7.2f}x\n", g_us, g_pct, g_speedup);
             } else {
@@ -572,7 +447,8 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
                                {"path", r.path}});
               continue;
             }
-            print(r.name, r.us, r.wbytes, lt_us / r.us, r.path, r.mhz, r.graph_us, r.graph_us > 0 ? lt_g / r.graph_us : 0.0);
+            print(r.name, r.us, r.wbytes, lt_us / r.us, r.path, r.mhz, r.graph_us,
+                  r.graph_us > 0 ? lt_g / r.graph_us : 0.0);
           }
           print("cublas-bf16", lt_us_after, double(bf16_w), lt_us / lt_us_after, "cublaslt (after)", lt_mhz_after,
                 lt_g_after, lt_g_after > 0 ? lt_g / lt_g_after : 0.0);

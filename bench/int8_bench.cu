@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "bench_common.cuh"
+#include "bench_timer.cuh"
 #include "gemm/cublaslt.h"
 #include "int8_bench.h"
 #include "int8gemm/w8a8_cublaslt.h"
@@ -109,90 +110,12 @@ void fill(const Buf& b, int kind, uint64_t seed, cudaStream_t s) {
   BENCH_CUDA(cudaGetLastError());
 }
 
-__global__ void hold_kernel(volatile int* flag, uint64_t timeout_ns) {
-  uint64_t start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  while (flag[0] == 0) {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start > timeout_ns) break;
-    __nanosleep(1000);
-  }
-}
-
-__global__ void clock_probe_kernel(long long cycles) {
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
-  }
-}
-
 // The copy ceiling: read and write streams of the same size (both counted).
 __global__ void __launch_bounds__(512)
     copy_stream_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, uint64_t n) {
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = __ldcs(src + i);
 }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Times launch(i) (i = rotation index) iters times behind a host-released hold; returns the median in µs.
-class Timer {
- public:
-  Timer(cudaStream_t s, int max_iters) : s_(s) {
-    BENCH_CUDA(cudaHostAlloc(&flag_, 2 * sizeof(int), cudaHostAllocMapped));
-    BENCH_CUDA(cudaHostGetDevicePointer(&dflag_, flag_, 0));
-    ev_.resize(2 * size_t(max_iters));
-    for (auto& e : ev_) BENCH_CUDA(cudaEventCreate(&e));
-    for (auto& e : probe_) BENCH_CUDA(cudaEventCreate(&e));
-  }
-  ~Timer() {
-    for (auto& e : ev_) cudaEventDestroy(e);
-    for (auto& e : probe_) cudaEventDestroy(e);
-    cudaFreeHost(flag_);
-  }
-  double last_sm_mhz() const { return last_mhz_; }
-
-  template <class F>
-  double time(int warmup, int iters, F&& launch) {
-    for (int i = 0; i < warmup; ++i) launch(i);
-    BENCH_CUDA(cudaStreamSynchronize(s_));
-    flag_[0] = 0;
-    hold_kernel<<<1, 1, 0, s_>>>(dflag_, 2000000000ull);
-    BENCH_CUDA(cudaGetLastError());
-    for (int i = 0; i < iters; ++i) {
-      BENCH_CUDA(cudaEventRecord(ev_[2 * i], s_));
-      launch(warmup + i);
-      BENCH_CUDA(cudaEventRecord(ev_[2 * i + 1], s_));
-    }
-    constexpr long long kProbeCycles = 200000;
-    BENCH_CUDA(cudaEventRecord(probe_[0], s_));
-    clock_probe_kernel<<<1, 1, 0, s_>>>(kProbeCycles);
-    BENCH_CUDA(cudaEventRecord(probe_[1], s_));
-    flag_[0] = 1;
-    BENCH_CUDA(cudaStreamSynchronize(s_));
-    float probe_ms = 0.f;
-    BENCH_CUDA(cudaEventElapsedTime(&probe_ms, probe_[0], probe_[1]));
-    last_mhz_ = probe_ms > 0.f ? kProbeCycles / (1e3 * probe_ms) : 0.0;
-    std::vector<double> us(iters);
-    for (int i = 0; i < iters; ++i) {
-      float ms = 0.f;
-      BENCH_CUDA(cudaEventElapsedTime(&ms, ev_[2 * i], ev_[2 * i + 1]));
-      us[i] = 1e3 * ms;
-    }
-    return median(us);
-  }
-
- private:
-  cudaStream_t s_;
-  int* flag_ = nullptr;
-  int* dflag_ = nullptr;
-  std::vector<cudaEvent_t> ev_;
-  cudaEvent_t probe_[2] = {nullptr, nullptr};
-  double last_mhz_ = 0.0;
-};
 
 struct ShapeNK {
   int n, k;
