@@ -328,6 +328,11 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   constexpr int KSPG = NF / KF::kGroups;  // k-steps per K scale group
   constexpr int MTPG = NF / VF::kGroups;  // m-tiles (16 dims) per V scale group
   static_assert(KSPG >= 1 && MTPG >= 1, "scale group narrower than 16 dims");
+  // Independent S^T accumulator chains: 2 for a row-wise K scale (one group of 4 or 8 k-steps) with one head
+  // tile. Measured (H200, v18): int4 row -1..2%, 8-bit row at head_dim 64 -12%; 4 chains no better than 2;
+  // 2 chains on int4-g2's 4-step groups +1..2% (their group chains interleave already); two head tiles are two
+  // chains already, with tight registers.
+  constexpr int kKChains = NH == 1 && KF::kGroups == 1 && KSPG >= 4 ? 2 : 1;
   static_assert(!KF::kBF16 || VF::kBF16, "a bf16 K cache needs a bf16 V cache");
 
   extern __shared__ __align__(16) uint8_t smem[];
@@ -491,17 +496,30 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     for (int nh = 0; nh < NH; ++nh) st[nh][0] = st[nh][1] = st[nh][2] = st[nh][3] = 0.f;
 #pragma unroll
     for (int gg = 0; gg < KF::kGroups; ++gg) {
-      float acc[NH][4];
+      // kKChains independent accumulator chains over the group's k-steps (alternate k-steps), summed at the end,
+      // instead of one chain of 4-8 dependent MMAs.
+      float acc[NH][4], acc2[kKChains][NH][4];
 #pragma unroll
-      for (int nh = 0; nh < NH; ++nh) acc[nh][0] = acc[nh][1] = acc[nh][2] = acc[nh][3] = 0.f;
+      for (int ch = 0; ch < kKChains; ++ch)
+#pragma unroll
+        for (int nh = 0; nh < NH; ++nh) acc2[ch][nh][0] = acc2[ch][nh][1] = acc2[ch][nh][2] = acc2[ch][nh][3] = 0.f;
 #pragma unroll
       for (int jj = 0; jj < KSPG; ++jj) {
         const int j = gg * KSPG + jj;
         uint32_t a[4];
         load_frag<KF>(k_lane, j, a);
 #pragma unroll
-        for (int nh = 0; nh < NH; ++nh) mma16816<kBF16>(acc[nh], a, qb[j][nh][0], qb[j][nh][1]);
+        for (int nh = 0; nh < NH; ++nh) mma16816<kBF16>(acc2[jj % kKChains][nh], a, qb[j][nh][0], qb[j][nh][1]);
       }
+#pragma unroll
+      for (int nh = 0; nh < NH; ++nh)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          float x = acc2[0][nh][c];
+#pragma unroll
+          for (int ch = 1; ch < kKChains; ++ch) x += acc2[ch][nh][c];
+          acc[nh][c] = x;
+        }
       if constexpr (kQuantK) {
         float ks[2], kz[2];
         load_meta2<KF>(k_meta + gg * kStageTokens * KF::kMetaEntry, g, ks, kz);
