@@ -206,6 +206,15 @@ std::vector<Case> gemm_cases() {
       }
     }
   }
+  // Many splits (16, 32, 19 after rounding the slices to the group; 4 at 32 tokens): many CTAs adding into the
+  // same split-K accumulator rows.
+  for (GemmDType d : {bf, hf}) {
+    v.push_back({"int4-g64", d, 3, 1000, 4096, GemmPath::kFused, 16, Activation::kNone, false, d});
+    v.push_back({"int4-g128", d, 32, 257, 2048, GemmPath::kFused, 4, Activation::kReLU, true, d});
+    v.push_back({"int4-g128", d, 1, 300, 4096, GemmPath::kFused, 32, Activation::kNone, false, d});
+    v.push_back({"int8", d, 16, 300, 4096, GemmPath::kFused, 20, Activation::kReLU, true, GemmDType::kFP32});
+    v.push_back({"int4zp-g32", d, 5, 129, 4096, GemmPath::kFused, 32, Activation::kNone, false, d});
+  }
   // The dequantize + cuBLASLt path in two row chunks (24 MiB of scratch holds 3072 rows of K = 4096).
   v.push_back({"int4-g128", bf, 2, 3100, 4096, GemmPath::kDequantCublas, 0, Activation::kReLU, true, bf});
   v.push_back({"int8", hf, 3, 3100, 4096, GemmPath::kDequantCublas, 0, Activation::kNone, false, GemmDType::kFP32});

@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   {
     const int zrows = MT == 1 ? xrows : kRows;
     const uint16_t* x_gl = static_cast<const uint16_t*>(p.x);
-    if (p.x_vec) {
+    if (p.x_vec && MT == 1) {
       const int vecs = slice / 8;
       for (int r = 0; r < zrows; ++r) {
         for (int v = threadIdx.x; v < vecs; v += kThreads) {
@@ -374,6 +374,19 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
           uint16_t* dst = x_sh + r * xs_stride + c;
           if (r < xrows && kk < p.k) {
             cp_async16(dst, x_gl + r * p.ldx + kk);
+          } else {
+            *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+          }
+        }
+      }
+    } else if (p.x_vec) {
+      // MT >= 2 (16 or more rows): whole rows per warp, 16 bytes per lane along the row, so that no thread runs
+      // an empty row loop (the all-threads-per-row loop above was 15% of the instructions at M = 16).
+      for (int r = warp; r < kRows; r += kWarps) {
+        for (int c = lane * 8; c < slice; c += 256) {
+          uint16_t* dst = x_sh + r * xs_stride + c;
+          if (r < xrows && k0 + c < p.k) {
+            cp_async16(dst, x_gl + r * p.ldx + k0 + c);
           } else {
             *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
           }
@@ -444,9 +457,16 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
     const uint32_t a1[4] = {ones, ones, ones, ones};
     const int units = slice / 32;
     for (int task = warp; task < tasks; task += kWarps) {
-      const int seg = task / ps, part = task % ps;
-      const int u0 = seg * seg_units, nu = min(u0 + seg_units, units) - u0;
-      const int ua = u0 + part * nu / ps, ub = u0 + (part + 1) * nu / ps;
+      int ua, ub;
+      if (ps == 1) {  // one task per segment (five or more segments, e.g. g128 slices of >= 640): no divisions
+        ua = task * seg_units;
+        ub = min(ua + seg_units, units);
+      } else {
+        const int seg = task / ps, part = task % ps;
+        const int u0 = seg * seg_units, nu = min(u0 + seg_units, units) - u0;
+        ua = u0 + part * nu / ps;
+        ub = u0 + (part + 1) * nu / ps;
+      }
       float s[MT][4];
 #pragma unroll
       for (int j = 0; j < MT; ++j)

@@ -86,9 +86,9 @@ Status prepare_kernel(const void* func, int smem) {
   return Status::Ok();
 }
 
-// Split count of the fused kernel: the fewest splits whose CTAs fill the resident slots (fused_min_blocks(MT) per
-// SM: 4 at M <= 8, 3 at M <= 16, 2 at M <= 32, 1 above) with a last wave >= 90% full, within the K slices the
-// shared-memory budget allows (docs/gemm.md).
+// Split count of the fused kernel: the one with the least estimated time, waves of resident CTAs
+// (fused_min_blocks(MT) per SM: 4 at M <= 8, 3 at M <= 16, 2 at M <= 32, 1 above) x (tiles per warp + a fixed
+// cost per CTA), within the K slices the shared-memory budget allows (docs/gemm.md).
 void plan_splits(const GemmParams& p, const WeightLayout& L, int sm_count, Plan* plan) {
   const int chunk = weight_chunk_k(L.format.kind);
   const int gs = L.format.group_size;
@@ -114,19 +114,22 @@ void plan_splits(const GemmParams& p, const WeightLayout& L, int sm_count, Plan*
     const double part_per_split = double(p.m) * L.n_pad() * 4.0;
     const int max_splits =
         std::max(min_splits, std::min(units, int(std::max(1.0, 0.5 * L.code_bytes() / part_per_split))));
+    // Estimated time: waves x (tiles per warp + kFixedTiles), the per-CTA prologue (X / meta staging, scale
+    // conversion, X sums) and split-K epilogue (atomics, fence, ticket) counted as kFixedTiles tiles of
+    // streaming (fitted to a split sweep on the H200, docs/gemm.md). The fewest splits win ties.
+    constexpr double kFixedTiles = 4.0;
     splits = min_splits;
     double best = 0.0;
     for (int s = min_splits; s <= max_splits; ++s) {
-      const int kc = (units + s - 1) / s * align;
+      const int kc = std::min((units + s - 1) / s * align, kc_max);
       const int real = (L.k_pad() + kc - 1) / kc;
       const long long work = 1LL * plan->n_blocks * real;
       const long long waves = (work + slots - 1) / slots;
-      const double eff = double(work) / double(waves * slots);
-      if (eff > best + 1e-9) {
-        best = eff;
+      const double cost = double(waves) * (double(kc) / chunk + kFixedTiles);
+      if (s == min_splits || cost < best - 1e-9) {
+        best = cost;
         splits = s;
       }
-      if (eff >= 0.9) break;
     }
   }
   splits = std::clamp(splits, 1, units);
