@@ -186,7 +186,13 @@ INSTANTIATE_TEST_SUITE_P(
         RowCase{GemmDType::kBF16, 100, 8192, 0, 0, false, false},
         RowCase{GemmDType::kBF16, 6, 20000, 0, 0, false, true},  // above the register path
         RowCase{GemmDType::kBF16, 6, 1000, 0, 0, true, true}, RowCase{GemmDType::kFP16, 12, 4096, 0, 0, false, true},
-        RowCase{GemmDType::kFP16, 6, 777, 1, 16, true, true}, RowCase{GemmDType::kFP16, 6, 18000, 0, 0, false, true}),
+        RowCase{GemmDType::kFP16, 6, 777, 1, 16, true, true}, RowCase{GemmDType::kFP16, 6, 18000, 0, 0, false, true},
+        // More rows than resident CTAs: each CTA of the streaming kernel walks several rows (special rows in
+        // between: the per-row reference rules and the fast quantizer alternate within one CTA).
+        RowCase{GemmDType::kBF16, 2000, 4096, 0, 0, false, true},
+        RowCase{GemmDType::kFP16, 1500, 2048, 8, 16, false, true},
+        RowCase{GemmDType::kBF16, 700, 14336, 0, 0, false, true},
+        RowCase{GemmDType::kBF16, 3000, 64, 0, 0, false, false}),
     row_case_name);
 
 // Rows whose float64 sum of squares is exact in every order (integers of a few bits times one power of two):

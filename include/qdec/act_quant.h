@@ -8,8 +8,9 @@
 //   quantize_blocks        seed 003's per-K-block asymmetric quantizer (quantize_int8_blocks): q [rows, ldq],
 //                          scale, offset, block_sum [rows, k / block]
 //
-// One CTA per row, the row held in registers for K <= kActQuantRegisterMaxK (one read of X), 16-byte loads
-// where X is 16-byte aligned; larger K re-reads the row from L2. Codes in [k, ldq) are not written.
+// Aligned rows (X 16-byte aligned, ldx and K multiples of 8) with K <= kActQuantRegisterMaxK stream through a
+// resident grid, each row read once and the next row's loads in flight; other rows run one CTA per row (element
+// loads where unaligned; larger K re-reads the row from L2). Both are bit-exact. Codes in [k, ldq) are not written.
 #pragma once
 
 #include <cstdint>

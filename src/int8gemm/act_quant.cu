@@ -3,10 +3,13 @@
 //
 //   X [m, ldx] (bf16 / fp16; fp32 too for the block quantizer) -> q [m, ldq] int8 + per-row (or per-block) meta
 //
-// Design: the per-token kernels run one CTA per row (128 / 256 / 512 threads by K) and keep the row in registers
-// as fp32 (kVpt 16-byte vectors per thread): one DRAM read of X, one write of the codes; the reductions (sum of
-// squares in float64, amax, code sum) are warp shuffles plus one shared-memory step. Rows longer than
-// kActQuantRegisterMaxK loop over the row per pass instead (the later passes hit L2). Every rounding step is an
+// Design: rows that are 16-byte aligned with K a multiple of 8 and K <= kActQuantRegisterMaxK (every model
+// shape) go to the streaming kernel: a resident grid of CTAs (128 / 256 / 512 threads by K) walks the rows, each
+// thread holding 4 vectors of 8 elements as fp32 and the next row's vectors in flight; the quantizer there is the
+// IEEE quotient computed with a hoisted reciprocal (see act_quant_stream_kernel). Other rows (odd K, unaligned X,
+// longer K) run one CTA per row (act_quant_row_kernel), element loads where needed; rows longer than
+// kActQuantRegisterMaxK loop over the row per pass (the later passes hit L2). The reductions (sum of squares in
+// float64, amax, code sum) are warp shuffles or REDUX plus one shared-memory step. Every rounding step is an
 // explicit _rn intrinsic so that no contraction or fast-math flag can change a bit: the CPU does the same
 // operations one IEEE rounding at a time. The block quantizer gives each K-block to L/8 adjacent lanes (8
 // elements each): the block's min / max are reduced by shuffles with the CPU's tie rule (first index wins, which
@@ -15,6 +18,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -266,6 +272,235 @@ __global__ void __launch_bounds__(512) act_quant_row_kernel(const RowArgs a) {
   }
 }
 
+// ---- streaming per-token kernel ---------------------------------------------------------------------------------
+
+// The fast path of the per-token kernels (rows 16-byte aligned, k a multiple of 8, k <= kActQuantRegisterMaxK).
+// A resident grid of CTAs walks the rows (row += gridDim.x); the next row's 16-byte vectors are loaded into
+// registers before the current row is reduced, so every CTA keeps one row of loads in flight while it computes.
+// Per element the work is: unpack, the float64 square sum (F2F + DFMA: x * x is exact in float64, so the fma
+// equals add(mul) bit for bit), two fp32 multiplies, one integer max, and the quantizer below.
+//
+// The quantizer is the IEEE quotient without a per-element division: the division's own algorithm with its
+// reciprocal hoisted out of the element loop. __fdiv_rn(y, s) is (SASS of this file) inv = rcp.approx(s) refined
+// by one Newton step (fma(rcp, fma(rcp, -s, 1), rcp)), q = y * inv, r = fma(-q, s, y) (exact), q' = fma(r, inv, q),
+// guarded by FCHK, which sends operands whose residual or quotient could leave the normal range to a slow routine.
+// Here s is per row and lies in [2^-90, 2^100] on this path, and |y| <= 127 * s(1 + 2^-23); every quotient that can
+// round to a non-zero code (>= 0.25) has y >= 2^-92, so the residual is exact and q' is the correctly rounded
+// quotient, the same value __fdiv_rn returns; quotients below 0.25 give code 0 either way. rint(q') is the
+// 1.5 * 2^23 magic add (round to nearest even, |q'| <= 127.00002), whose float bits hold 0x4B400000 + code: the
+// code byte is the low byte, packed by PRMT and summed by DP4A. Rows with a non-finite y (the bits-max of |y|
+// is >= Inf's), amax = 0, or s outside that range take the reference rules element by element (uniform over the
+// CTA: no divergence).
+constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+constexpr float kFastScaleMin = 0x1p-90f, kFastScaleMax = 0x1p100f;
+
+template <int kDType>
+__device__ __forceinline__ void unpack_vec(const uint4& u, float (&v)[8]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kDType == 0) {
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  }
+}
+
+__device__ __forceinline__ float rcp_approx(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+// CTAs per SM the launch bounds ask for (register cap 65536 / (threads * blocks)).
+constexpr int stream_min_blocks(int threads) {
+  return threads == 128 ? 5 : threads == 256 ? 2 : 1;
+}
+
+template <int kDType, bool kNorm, int kThreads>
+__global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_quant_stream_kernel(const RowArgs a) {
+  constexpr int kVpt = 4, kWarps = kThreads / 32;
+  __shared__ double red_ss[2][kWarps];
+  __shared__ uint32_t red_max[2][kWarps];
+  __shared__ uint32_t red_fmax[2][kWarps];
+  __shared__ int red_sum[2][kWarps];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int nvec = a.k / 8;
+
+  // The RMSNorm weight as fp32 in shared memory (dynamic, k * 4 bytes: elements 0..3 of vector vi at [vi], 4..7 at
+  // [nvec + vi], so a warp's 16-byte reads are conflict-free), converted once per CTA. Each thread reads back only
+  // the vectors it wrote (no barrier for the data). w_finite: every weight is finite (one CTA-wide vote).
+  extern __shared__ float4 w_smem[];
+  bool w_finite = true;
+  if constexpr (kNorm) {
+#pragma unroll
+    for (int j = 0; j < kVpt; ++j) {
+      const int vi = tid + j * kThreads;
+      if (vi < nvec) {
+        float w[8];
+        unpack_vec<kDType>(*reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(a.weight) + vi * 8), w);
+        w_smem[vi] = make_float4(w[0], w[1], w[2], w[3]);
+        w_smem[nvec + vi] = make_float4(w[4], w[5], w[6], w[7]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w_finite = w_finite && isfinite(w[i]);
+      }
+    }
+    w_finite = __syncthreads_and(w_finite) != 0;
+  }
+  auto load_row = [&](int row, uint4(&u)[kVpt]) {
+    const unsigned short* xr = static_cast<const unsigned short*>(a.x) + size_t(row) * a.ldx;
+#pragma unroll
+    for (int j = 0; j < kVpt; ++j) {
+      const int vi = tid + j * kThreads;
+      u[j] = vi < nvec ? __ldcs(reinterpret_cast<const uint4*>(xr + vi * 8)) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  // Thread 0 writes the code sum of the previous row once every warp has stored its part (after a barrier).
+  auto finish_row_sum = [&](int prev_row, int parity) {
+    if (tid == 0 && prev_row >= 0 && a.row_sum) {
+      int t = 0;
+#pragma unroll
+      for (int i = 0; i < kWarps; ++i) t += red_sum[parity][i];
+      a.row_sum[prev_row] = t;
+    }
+  };
+
+  uint4 nxt[kVpt];
+  int row = blockIdx.x;
+  if (row < a.m) load_row(row, nxt);
+  int prev_row = -1, p = 0;
+  for (; row < a.m; row += gridDim.x, p ^= 1) {
+    float v[kVpt][8];
+#pragma unroll
+    for (int j = 0; j < kVpt; ++j) unpack_vec<kDType>(nxt[j], v[j]);
+    if (row + int(gridDim.x) < a.m) load_row(row + gridDim.x, nxt);
+
+    bool finite_y = false;  // kNorm: y cannot be NaN (finite x, r and weights), so a float max of |y| suffices
+    if constexpr (kNorm) {
+      // Four independent chains (a dependent DFMA chain of 32 was a latency stall), added in a fixed order.
+      double sa[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+      for (int j = 0; j < kVpt; ++j)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sa[i % 4] = __fma_rn(double(v[j][i]), double(v[j][i]), sa[i % 4]);
+      double ss = __dadd_rn(__dadd_rn(sa[0], sa[1]), __dadd_rn(sa[2], sa[3]));
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) ss = __dadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, off));
+      if (lane == 0) red_ss[p][warp] = ss;
+      __syncthreads();
+      finish_row_sum(prev_row, p ^ 1);
+      ss = red_ss[p][0];
+#pragma unroll
+      for (int i = 1; i < kWarps; ++i) ss = __dadd_rn(ss, red_ss[p][i]);
+      const float ms = __double2float_rn(__ddiv_rn(ss, double(a.k)));
+      const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ms, a.eps)));
+      finite_y = w_finite && isfinite(ss) && isfinite(r);
+#pragma unroll
+      for (int j = 0; j < kVpt; ++j) {
+        const int vi = min(tid + j * kThreads, nvec - 1);  // unused vectors hold zeros: any weight keeps them 0
+        const float4 w0 = w_smem[vi], w1 = w_smem[nvec + vi];
+        const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[j][i] = __fmul_rn(__fmul_rn(v[j][i], r), w[i]);
+      }
+    }
+    // Bits-max of |y|: for non-negative floats the bit order is the value order, and NaN / Inf sort above every
+    // finite value, so one integer max also tells whether the row is finite. Unused vectors hold zeros.
+    // With finite x, r and weights, y is finite or +-Inf (overflow): a float max of |y| (one FMNMX per element)
+    // gives the same bits.
+    uint32_t mb = 0;
+    if (finite_y) {
+      float m = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kVpt; ++j)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(v[j][i]));
+      mb = __float_as_uint(m);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVpt; ++j)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) mb = max(mb, __float_as_uint(v[j][i]) & 0x7FFFFFFFu);
+    }
+    mb = __reduce_max_sync(0xffffffffu, mb);
+    if (lane == 0) red_max[p][warp] = mb;
+    __syncthreads();
+    if constexpr (!kNorm) finish_row_sum(prev_row, p ^ 1);
+    mb = red_max[p][0];
+#pragma unroll
+    for (int i = 1; i < kWarps; ++i) mb = max(mb, red_max[p][i]);
+
+    float amax = __uint_as_float(mb);
+    const bool all_finite = mb < 0x7F800000u;
+    if (!all_finite) {  // the reference's amax over finite values only (uniform branch)
+      uint32_t fb = 0;
+#pragma unroll
+      for (int j = 0; j < kVpt; ++j)
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          if (isfinite(v[j][i])) fb = max(fb, __float_as_uint(v[j][i]) & 0x7FFFFFFFu);
+      fb = __reduce_max_sync(0xffffffffu, fb);
+      if (lane == 0) red_fmax[p][warp] = fb;
+      __syncthreads();
+      fb = red_fmax[p][0];
+#pragma unroll
+      for (int i = 1; i < kWarps; ++i) fb = max(fb, red_fmax[p][i]);
+      amax = __uint_as_float(fb);
+    }
+    const float s = __fdiv_rn(amax, 127.0f);
+    const bool fast = all_finite && s >= kFastScaleMin && s <= kFastScaleMax;
+
+    int sum = 0;
+    int8_t* qr = a.q + size_t(row) * a.ldq;
+    if (fast) {
+      const float rc = rcp_approx(s);
+      const float inv = __fmaf_rn(rc, __fmaf_rn(rc, -s, 1.0f), rc);  // the division's refined reciprocal
+#pragma unroll
+      for (int j = 0; j < kVpt; ++j) {
+        const int vi = tid + j * kThreads;
+        if (vi >= nvec) continue;
+        uint32_t u[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float q = __fmul_rn(v[j][i], inv);
+          const float qd = __fmaf_rn(__fmaf_rn(-q, s, v[j][i]), inv, q);  // == __fdiv_rn(y, s) here
+          u[i] = __float_as_uint(__fadd_rn(qd, kMagic));
+        }
+        uint2 o;
+        o.x = __byte_perm(__byte_perm(u[0], u[1], 0x0040), __byte_perm(u[2], u[3], 0x0040), 0x5410);
+        o.y = __byte_perm(__byte_perm(u[4], u[5], 0x0040), __byte_perm(u[6], u[7], 0x0040), 0x5410);
+        sum = __dp4a(int(o.x), 0x01010101, sum);
+        sum = __dp4a(int(o.y), 0x01010101, sum);
+        *reinterpret_cast<uint2*>(qr + vi * 8) = o;
+      }
+    } else {
+      const float inv = __frcp_rn(s);
+#pragma unroll
+      for (int j = 0; j < kVpt; ++j) {
+        const int vi = tid + j * kThreads;
+        if (vi >= nvec) continue;
+        int c[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          c[i] = quant_sym(v[j][i], s, inv);
+          sum += c[i];
+        }
+        store8(qr, vi * 8, a.k, c);
+      }
+    }
+    sum = __reduce_add_sync(0xffffffffu, sum);
+    if (lane == 0) red_sum[p][warp] = sum;
+    if (tid == 0) a.scale[row] = s;
+    prev_row = row;
+  }
+  __syncthreads();
+  finish_row_sum(prev_row, p ^ 1);
+}
+
 // ---- per-block quantizer ----------------------------------------------------------------------------------------
 
 struct BlockArgs {
@@ -392,10 +627,55 @@ int row_threads(int k) {
   return k <= 4096 ? 128 : k <= 8192 ? 256 : 512;
 }
 
+// Resident CTAs per SM of a streaming kernel on the current device (cached per device).
+// The dynamic shared memory (the RMSNorm weight, 4 bytes per element) is opted in once per kernel and device; the
+// occupancy is computed for the largest K the CTA size serves (threads * 4 vectors * 8 elements), so one cached
+// value serves every K of that kernel.
+template <auto kKernel>
+Status stream_grid(int threads, int smem, int m, unsigned* grid) {
+  DeviceInfo dev;
+  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+  static std::array<std::atomic<int>, 64> cache{};  // one per kernel (template argument) and device
+  int per_sm = dev.device < 64 ? cache[dev.device].load(std::memory_order_relaxed) : 0;
+  if (per_sm <= 0) {
+    const int smem_max = smem > 0 ? threads * 4 * 8 * 4 : 0;
+    if (smem_max > 48 * 1024)
+      QDEC_CUDA_RETURN(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
+    QDEC_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, smem_max));
+    if (per_sm <= 0) return Status(StatusCode::kCudaError, "act_quant: the streaming kernel cannot be resident");
+    if (dev.device < 64) cache[dev.device].store(per_sm, std::memory_order_relaxed);
+  }
+  *grid = static_cast<unsigned>(std::min<long long>(m, static_cast<long long>(per_sm) * dev.sm_count));
+  return Status::Ok();
+}
+
+template <int kDType, bool kNorm, int kThreads>
+Status launch_stream(const RowArgs& a, cudaStream_t stream) {
+  constexpr auto kernel = &act_quant_stream_kernel<kDType, kNorm, kThreads>;
+  const int smem = kNorm ? a.k * 4 : 0;  // the fp32 weight
+  unsigned grid = 0;
+  QDEC_RETURN_IF_ERROR(stream_grid<kernel>(kThreads, smem, a.m, &grid));
+  kernel<<<grid, kThreads, smem, stream>>>(a);
+  return cuda_status(cudaGetLastError(), kNorm ? "rmsnorm_quantize launch" : "quantize_activations launch");
+}
+
 template <bool kNorm>
 Status launch_rows(const RowArgs& a, GemmDType xd, cudaStream_t stream) {
   const int threads = row_threads(a.k);
   const bool regs = a.k <= kActQuantRegisterMaxK;
+  // Aligned rows of whole vectors stream through a resident grid; the rest (odd K, unaligned X, K above the
+  // register limit) run one CTA per row with element loads where needed. Both are bit-exact with the CPU.
+  if (regs && a.vec && a.k % 8 == 0) {
+    // Dispatch list: dtype {bf16, fp16} x CTA size {128, 256, 512} (row_threads).
+    if (xd == GemmDType::kBF16) {
+      return threads == 128   ? launch_stream<0, kNorm, 128>(a, stream)
+             : threads == 256 ? launch_stream<0, kNorm, 256>(a, stream)
+                              : launch_stream<0, kNorm, 512>(a, stream);
+    }
+    return threads == 128   ? launch_stream<1, kNorm, 128>(a, stream)
+           : threads == 256 ? launch_stream<1, kNorm, 256>(a, stream)
+                            : launch_stream<1, kNorm, 512>(a, stream);
+  }
   const dim3 grid(static_cast<unsigned>(a.m));
   if (xd == GemmDType::kBF16) {
     if (regs) {
