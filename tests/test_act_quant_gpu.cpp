@@ -192,7 +192,9 @@ INSTANTIATE_TEST_SUITE_P(
         RowCase{GemmDType::kBF16, 2000, 4096, 0, 0, false, true},
         RowCase{GemmDType::kFP16, 1500, 2048, 8, 16, false, true},
         RowCase{GemmDType::kBF16, 700, 14336, 0, 0, false, true},
-        RowCase{GemmDType::kBF16, 3000, 64, 0, 0, false, false}),
+        RowCase{GemmDType::kBF16, 3000, 64, 0, 0, false, false},
+        RowCase{GemmDType::kFP16, 300, 12288, 0, 0, false, true},  // 256 threads x 7 vectors, fp16
+        RowCase{GemmDType::kBF16, 40, 16384, 0, 0, false, true}),  // 512 threads x 4 vectors
     row_case_name);
 
 // Rows whose float64 sum of squares is exact in every order (integers of a few bits times one power of two):

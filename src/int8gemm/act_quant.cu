@@ -316,14 +316,72 @@ __device__ __forceinline__ float rcp_approx(float x) {
   return r;
 }
 
+// The reference rules for a row the fast quantizer does not take (rare), out of line so that its division code does
+// not raise the streaming kernel's register count: the thread's vectors are re-read (from L2) and y recomputed with
+// the same operations. Returns this thread's code sum.
+template <int kDType, bool kNorm, int kThreads, int kVpt>
+__device__ __noinline__ int quant_row_reference(const unsigned short* xr, int k, float r, float s, const float4* w_smem,
+                                                int8_t* qr) {
+  const float inv = __frcp_rn(s);
+  const int nvec = k / 8;
+  int sum = 0;
+  for (int j = 0; j < kVpt; ++j) {
+    const int vi = threadIdx.x + j * kThreads;
+    if (vi >= nvec) continue;
+    float y[8];
+    unpack_vec<kDType>(*reinterpret_cast<const uint4*>(xr + vi * 8), y);
+    if constexpr (kNorm) {
+      const float4 w0 = w_smem[vi], w1 = w_smem[nvec + vi];
+      const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], r), w[i]);
+    }
+    int c[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      c[i] = quant_sym(y[i], s, inv);
+      sum += c[i];
+    }
+    store8(qr, vi * 8, k, c);
+  }
+  return sum;
+}
+
+// This thread's bits-max of |y| over finite y only (the reference's amax), for a row holding a non-finite y (rare):
+// out of line like quant_row_reference, re-reading the thread's vectors.
+template <int kDType, bool kNorm, int kThreads, int kVpt>
+__device__ __noinline__ uint32_t finite_amax_bits(const unsigned short* xr, int k, float r, const float4* w_smem) {
+  const int nvec = k / 8;
+  uint32_t fb = 0;
+  for (int j = 0; j < kVpt; ++j) {
+    const int vi = threadIdx.x + j * kThreads;
+    if (vi >= nvec) continue;
+    float y[8];
+    unpack_vec<kDType>(*reinterpret_cast<const uint4*>(xr + vi * 8), y);
+    if constexpr (kNorm) {
+      const float4 w0 = w_smem[vi], w1 = w_smem[nvec + vi];
+      const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], r), w[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (isfinite(y[i])) fb = max(fb, __float_as_uint(y[i]) & 0x7FFFFFFFu);
+  }
+  return fb;
+}
+
 // CTAs per SM the launch bounds ask for (register cap 65536 / (threads * blocks)).
 constexpr int stream_min_blocks(int threads) {
   return threads == 128 ? 5 : threads == 256 ? 2 : 1;
 }
 
-template <int kDType, bool kNorm, int kThreads>
+template <int kDType, bool kNorm, int kThreads, int kVpt>
 __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_quant_stream_kernel(const RowArgs a) {
-  constexpr int kVpt = 4, kWarps = kThreads / 32;
+  constexpr int kWarps = kThreads / 32;
+  // The rare rows' reference code (non-finite y, scales out of the fast range): in line at 4 vectors per thread
+  // (measured faster), out of line at more, where in line it spilled the fast path's registers.
+  constexpr bool kOutlineRare = kVpt > 4;
   __shared__ double red_ss[2][kWarps];
   __shared__ uint32_t red_max[2][kWarps];
   __shared__ uint32_t red_fmax[2][kWarps];
@@ -380,6 +438,7 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_qua
     if (row + int(gridDim.x) < a.m) load_row(row + gridDim.x, nxt);
 
     bool finite_y = false;  // kNorm: y cannot be NaN (finite x, r and weights), so a float max of |y| suffices
+    float r_row = 1.0f;     // kNorm: the row's 1 / rms
     if constexpr (kNorm) {
       // Four independent chains (a dependent DFMA chain of 32 was a latency stall), added in a fixed order.
       double sa[4] = {0.0, 0.0, 0.0, 0.0};
@@ -399,6 +458,7 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_qua
       const float ms = __double2float_rn(__ddiv_rn(ss, double(a.k)));
       const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ms, a.eps)));
       finite_y = w_finite && isfinite(ss) && isfinite(r);
+      r_row = r;
 #pragma unroll
       for (int j = 0; j < kVpt; ++j) {
         const int vi = min(tid + j * kThreads, nvec - 1);  // unused vectors hold zeros: any weight keeps them 0
@@ -438,11 +498,16 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_qua
     const bool all_finite = mb < 0x7F800000u;
     if (!all_finite) {  // the reference's amax over finite values only (uniform branch)
       uint32_t fb = 0;
+      if constexpr (kOutlineRare) {
+        fb = finite_amax_bits<kDType, kNorm, kThreads, kVpt>(
+            static_cast<const unsigned short*>(a.x) + size_t(row) * a.ldx, a.k, r_row, w_smem);
+      } else {
 #pragma unroll
-      for (int j = 0; j < kVpt; ++j)
+        for (int j = 0; j < kVpt; ++j)
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-          if (isfinite(v[j][i])) fb = max(fb, __float_as_uint(v[j][i]) & 0x7FFFFFFFu);
+          for (int i = 0; i < 8; ++i)
+            if (isfinite(v[j][i])) fb = max(fb, __float_as_uint(v[j][i]) & 0x7FFFFFFFu);
+      }
       fb = __reduce_max_sync(0xffffffffu, fb);
       if (lane == 0) red_fmax[p][warp] = fb;
       __syncthreads();
@@ -477,6 +542,9 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_qua
         sum = __dp4a(int(o.y), 0x01010101, sum);
         *reinterpret_cast<uint2*>(qr + vi * 8) = o;
       }
+    } else if constexpr (kOutlineRare) {
+      sum = quant_row_reference<kDType, kNorm, kThreads, kVpt>(
+          static_cast<const unsigned short*>(a.x) + size_t(row) * a.ldx, a.k, r_row, s, w_smem, qr);
     } else {
       const float inv = __frcp_rn(s);
 #pragma unroll
@@ -629,16 +697,16 @@ int row_threads(int k) {
 
 // Resident CTAs per SM of a streaming kernel on the current device (cached per device).
 // The dynamic shared memory (the RMSNorm weight, 4 bytes per element) is opted in once per kernel and device; the
-// occupancy is computed for the largest K the CTA size serves (threads * 4 vectors * 8 elements), so one cached
-// value serves every K of that kernel.
+// occupancy is computed for the largest K the kernel serves (threads * kVpt vectors * 8 elements: smem_cap bytes), so
+// one cached value serves every K of that kernel.
 template <auto kKernel>
-Status stream_grid(int threads, int smem, int m, unsigned* grid) {
+Status stream_grid(int smem_cap, int threads, int smem, int m, unsigned* grid) {
   DeviceInfo dev;
   QDEC_RETURN_IF_ERROR(current_device_info(&dev));
   static std::array<std::atomic<int>, 64> cache{};  // one per kernel (template argument) and device
   int per_sm = dev.device < 64 ? cache[dev.device].load(std::memory_order_relaxed) : 0;
   if (per_sm <= 0) {
-    const int smem_max = smem > 0 ? threads * 4 * 8 * 4 : 0;
+    const int smem_max = smem > 0 ? smem_cap : 0;
     if (smem_max > 48 * 1024)
       QDEC_CUDA_RETURN(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
     QDEC_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, threads, smem_max));
@@ -649,33 +717,37 @@ Status stream_grid(int threads, int smem, int m, unsigned* grid) {
   return Status::Ok();
 }
 
-template <int kDType, bool kNorm, int kThreads>
+template <int kDType, bool kNorm, int kThreads, int kVpt>
 Status launch_stream(const RowArgs& a, cudaStream_t stream) {
-  constexpr auto kernel = &act_quant_stream_kernel<kDType, kNorm, kThreads>;
+  constexpr auto kernel = &act_quant_stream_kernel<kDType, kNorm, kThreads, kVpt>;
   const int smem = kNorm ? a.k * 4 : 0;  // the fp32 weight
   unsigned grid = 0;
-  QDEC_RETURN_IF_ERROR(stream_grid<kernel>(kThreads, smem, a.m, &grid));
+  QDEC_RETURN_IF_ERROR(stream_grid<kernel>(kThreads * kVpt * 8 * 4, kThreads, smem, a.m, &grid));
   kernel<<<grid, kThreads, smem, stream>>>(a);
   return cuda_status(cudaGetLastError(), kNorm ? "rmsnorm_quantize launch" : "quantize_activations launch");
 }
 
 template <bool kNorm>
 Status launch_rows(const RowArgs& a, GemmDType xd, cudaStream_t stream) {
-  const int threads = row_threads(a.k);
   const bool regs = a.k <= kActQuantRegisterMaxK;
   // Aligned rows of whole vectors stream through a resident grid; the rest (odd K, unaligned X, K above the
   // register limit) run one CTA per row with element loads where needed. Both are bit-exact with the CPU.
   if (regs && a.vec && a.k % 8 == 0) {
-    // Dispatch list: dtype {bf16, fp16} x CTA size {128, 256, 512} (row_threads).
+    // Dispatch list: dtype {bf16, fp16} x (CTA size, vectors per thread) {(128, 4), (256, 4), (256, 7), (512, 4)}
+    // for K <= 4096, 8192, 14336, 16384. K in (8192, 14336] (Llama's 14336 among them) runs two CTAs of 256 threads
+    // per SM with 7 vectors each instead of one of 512: a row's barriers then stall half the SM, not all of it.
     if (xd == GemmDType::kBF16) {
-      return threads == 128   ? launch_stream<0, kNorm, 128>(a, stream)
-             : threads == 256 ? launch_stream<0, kNorm, 256>(a, stream)
-                              : launch_stream<0, kNorm, 512>(a, stream);
+      return a.k <= 4096    ? launch_stream<0, kNorm, 128, 4>(a, stream)
+             : a.k <= 8192  ? launch_stream<0, kNorm, 256, 4>(a, stream)
+             : a.k <= 14336 ? launch_stream<0, kNorm, 256, 7>(a, stream)
+                            : launch_stream<0, kNorm, 512, 4>(a, stream);
     }
-    return threads == 128   ? launch_stream<1, kNorm, 128>(a, stream)
-           : threads == 256 ? launch_stream<1, kNorm, 256>(a, stream)
-                            : launch_stream<1, kNorm, 512>(a, stream);
+    return a.k <= 4096    ? launch_stream<1, kNorm, 128, 4>(a, stream)
+           : a.k <= 8192  ? launch_stream<1, kNorm, 256, 4>(a, stream)
+           : a.k <= 14336 ? launch_stream<1, kNorm, 256, 7>(a, stream)
+                          : launch_stream<1, kNorm, 512, 4>(a, stream);
   }
+  const int threads = row_threads(a.k);
   const dim3 grid(static_cast<unsigned>(a.m));
   if (xd == GemmDType::kBF16) {
     if (regs) {
