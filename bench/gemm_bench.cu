@@ -332,8 +332,11 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
             // At M <= kFusedMaxM with --path auto, both paths are timed (the auto switch point kAutoFusedMaxM is
             // chosen from these rows); the one kAuto takes is marked with '*'.
             const bool both = path == GemmPath::kAuto && m <= kFusedMaxM;
-            const int variants = both ? 2 : 1;
+            // --pdl: one more row, the fused path launched as a programmatic dependent (GemmParams::pdl).
+            const bool with_pdl = o.pdl && m <= kFusedMaxM && path != GemmPath::kDequantCublas;
+            const int variants = (both ? 2 : 1) + (with_pdl ? 1 : 0);
             for (int variant = 0; variant < variants; ++variant) {
+              const bool pdl_row = with_pdl && variant == variants - 1;
               GemmParams p;
               p.m = m;
               p.x_dtype = p.y_dtype = dt;
@@ -343,6 +346,10 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               p.path = both ? (variant == 0 ? GemmPath::kFused : GemmPath::kDequantCublas)
                        : (path == GemmPath::kFused && m > kFusedMaxM) ? GemmPath::kAuto
                                                                       : path;
+              if (pdl_row) {
+                p.path = GemmPath::kFused;
+                p.pdl = true;
+              }
               p.num_splits = p.path == GemmPath::kDequantCublas ? 0 : o.splits;
               size_t wsb = 0;
               check_status(gemm_workspace_bytes(p, &wsb), "workspace");
@@ -367,8 +374,9 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               const double g_us = graph ? timer.time_graph(o.graph_reps, o.iters, launch) : 0.0;
               const bool is_auto = path == GemmPath::kAuto && (used == GemmPath::kFused) == (m <= kAutoFusedMaxM);
               const std::string pth =
-                  (used == GemmPath::kFused ? fmt::format("fused s{}", splits) : std::string("dequant+cublaslt")) +
-                  (both && is_auto ? "*" : "");
+                  (used == GemmPath::kFused ? fmt::format("{} s{}", pdl_row ? "fused-pdl" : "fused", splits)
+                                             : std::string("dequant+cublaslt")) +
+                  (both && is_auto && !pdl_row ? "*" : "");
               rows.push_back({pk.f.name(), pth, us, double(pk.L.code_bytes() + pk.L.meta_bytes()), mhz, g_us, false});
               if (used == GemmPath::kDequantCublas && m >= 2048 && variant == 0) {
                 // The dequantize kernel alone (the whole weight into the scratch), so that the path's time splits

@@ -28,6 +28,7 @@ struct GemmBenchOptions {
   bool conv_only = false;  // only the conv layers
   int conv_batch = 8;
   bool check = false;  // before timing, check each format/M against the CPU reference on a small problem
+  bool pdl = false;    // also time the fused path launched with GemmParams::pdl (graph column: back-to-back calls)
   uint64_t seed = 0x5eed004;
   int device = 0;
   std::string json_path;
@@ -57,6 +58,9 @@ void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
   app->add_flag("--conv-only", o->conv_only, "Only the conv layers");
   app->add_option("--conv-batch", o->conv_batch, "Batch of the conv layers")->capture_default_str();
   app->add_flag("--check", o->check, "Check every format and M against the CPU reference on a small problem first");
+  app->add_flag("--pdl", o->pdl,
+                "Also time the fused path with programmatic dependent launch (rows 'fused-pdl'; it shows only in the "
+                "graph column, where calls run back to back)");
   app->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();
   app->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
   app->add_option("--json", o->json_path, "Write every case, the device and the ceiling to this JSON file");

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -222,6 +223,105 @@ std::vector<Case> gemm_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, GemmGpu, ::testing::ValuesIn(gemm_cases()), case_name);
+
+// ---- Programmatic dependent launch (GemmParams::pdl) -----------------------------------------------------------
+// Two layers chained with no synchronization between the calls (Y1 = X0 W1^T, Y2 = Y1 W2^T, three rounds, one
+// shared workspace): every kernel may start while the previous one finishes, so this fails if a kernel reads X,
+// writes Y or touches the split-K workspace before the previous kernel has completed. Y2 is checked against the
+// float64 product of the downloaded Y1.
+struct PdlCase {
+  const char* format;
+  GemmDType dtype;
+  int m;
+};
+
+class GemmPdl : public ::testing::TestWithParam<PdlCase> {};
+
+TEST_P(GemmPdl, ChainedCallsMatchReference) {
+  QDEC_SKIP_WITHOUT_GPU();
+  const PdlCase& c = GetParam();
+  QDEC_TEST_RNG(rng);
+  WeightFormat f;
+  ASSERT_TRUE(parse_weight_format(c.format, &f).ok());
+  const int k1 = 4096, n1 = 2048, n2 = 520;  // layer 2: K = n1
+  PackedWeights pw1, pw2;
+  {
+    const std::vector<float> w1 = make_weights(rng, n1, k1), w2 = make_weights(rng, n2, n1);
+    QDEC_ASSERT_OK(quantize_weights(w1.data(), n1, k1, f, &pw1));
+    QDEC_ASSERT_OK(quantize_weights(w2.data(), n2, n1, f, &pw2));
+  }
+  std::vector<double> wd1(size_t(n1) * k1), wd2(size_t(n2) * n1);
+  dequantize_weights_f64(pw1, wd1.data());
+  dequantize_weights_f64(pw2, wd2.data());
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<uint16_t> xb(size_t(c.m) * k1);
+  std::vector<double> xd(xb.size());
+  for (size_t i = 0; i < xb.size(); ++i) {
+    xb[i] = to16(nd(rng), c.dtype);
+    xd[i] = from16(xb[i], c.dtype);
+  }
+  DeviceWeights dw1, dw2;
+  upload(pw1, &dw1);
+  upload(pw2, &dw2);
+  DeviceBuffer x(xb.size() * 2), y1(size_t(c.m) * n1 * 2), y2(size_t(c.m) * n2 * 2);
+  QDEC_CUDA_CHECK(cudaMemcpy(x.get(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+
+  GemmParams p1, p2;
+  p1.m = p2.m = c.m;
+  p1.x_dtype = p1.y_dtype = p2.x_dtype = p2.y_dtype = c.dtype;
+  p1.path = p2.path = GemmPath::kFused;
+  p1.pdl = p2.pdl = true;
+  p1.x = x.get();
+  p1.w = dw1.view;
+  p1.y = y1.get();
+  p2.x = y1.get();
+  p2.w = dw2.view;
+  p2.y = y2.get();
+  size_t ws1 = 0, ws2 = 0;
+  QDEC_ASSERT_OK(gemm_workspace_bytes(p1, &ws1));
+  QDEC_ASSERT_OK(gemm_workspace_bytes(p2, &ws2));
+  DeviceBuffer ws(std::max(ws1, ws2));
+  QDEC_CUDA_CHECK(cudaMemset(ws.get(), 0, ws.bytes()));
+  p1.workspace = p2.workspace = ws.get();
+  p1.workspace_bytes = p2.workspace_bytes = ws.bytes();
+  int s1 = 0, s2 = 0;
+  QDEC_ASSERT_OK(gemm_plan(p1, nullptr, &s1));
+  QDEC_ASSERT_OK(gemm_plan(p2, nullptr, &s2));
+  SCOPED_TRACE("splits " + std::to_string(s1) + " / " + std::to_string(s2));
+
+  cudaStream_t stream;
+  QDEC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  QDEC_CUDA_CHECK(cudaMemsetAsync(y1.get(), 0xFF, y1.bytes(), stream));  // NaN
+  QDEC_CUDA_CHECK(cudaMemsetAsync(y2.get(), 0xFF, y2.bytes(), stream));
+  for (int round = 0; round < 3; ++round) {
+    QDEC_ASSERT_OK(gemm(p1, stream));
+    QDEC_ASSERT_OK(gemm(p2, stream));
+  }
+  QDEC_CUDA_CHECK(cudaGetLastError());
+  QDEC_CUDA_CHECK(cudaStreamSynchronize(stream));
+  QDEC_CUDA_CHECK(cudaStreamDestroy(stream));
+
+  std::vector<double> ref1(size_t(c.m) * n1), ref2(size_t(c.m) * n2);
+  gemm_reference(c.m, n1, k1, xd.data(), wd1.data(), nullptr, Activation::kNone, ref1.data());
+  const std::vector<double> got1 = download_y(y1, ref1.size(), c.dtype);
+  EXPECT_LE(rel_l2(got1.data(), ref1.data(), ref1.size()), kTol) << "layer 1";
+  gemm_reference(c.m, n2, n1, got1.data(), wd2.data(), nullptr, Activation::kNone, ref2.data());
+  const std::vector<double> got2 = download_y(y2, ref2.size(), c.dtype);
+  EXPECT_LE(rel_l2(got2.data(), ref2.data(), ref2.size()), kTol) << "layer 2";
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GemmPdl,
+                         ::testing::Values(PdlCase{"int4-g128", GemmDType::kBF16, 1},
+                                           PdlCase{"int4-g128", GemmDType::kBF16, 16},
+                                           PdlCase{"int8", GemmDType::kFP16, 5},
+                                           PdlCase{"int4zp-g32", GemmDType::kFP16, 32}),
+                         [](const ::testing::TestParamInfo<PdlCase>& info) {
+                           std::string s = std::string(info.param.format) + "_" + gemm_dtype_name(info.param.dtype) +
+                                           "_m" + std::to_string(info.param.m);
+                           for (char& ch : s)
+                             if (ch == '-') ch = '_';
+                           return s;
+                         });
 
 // ---- Convolution ------------------------------------------------------------------------------------------
 

@@ -59,6 +59,11 @@ struct GemmParams {
   long long ldy = 0;  // >= N; 0 means N
   GemmPath path = GemmPath::kAuto;
   int num_splits = 0;  // fused path: 0 = automatic, >= 1 forces the split-K count
+  // Fused path: launch as a programmatic dependent (CUDA PDL), so that the kernel's CTAs start, and request W
+  // and its scales, while the previous kernel of the stream is still finishing; X, Y, bias and the workspace are
+  // read or written only after that kernel has completed. So W must not be written by the kernel launched just
+  // before. The dequantize + cuBLASLt path ignores it.
+  bool pdl = false;
   // Device workspace, gemm_workspace_bytes() of it. Zero-fill it once after allocating it (cudaMemset): the
   // split-K semaphores must start at zero; every call leaves them zero again.
   void* workspace = nullptr;

@@ -27,6 +27,8 @@
 //   Each scale group accumulates in its own registers; at the end of a group the fp32 accumulators take
 //   s * acc_group + (o - magic * s) * sum_group(X): the scale, the offset and the magic number cost one FMA
 //   pair per group, not per weight.
+// - Programmatic dependent launch (opt-in, p.pdl): meta and the first weight tiles are requested before
+//   griddepcontrol.wait, X / Y / the workspace only after it, so a chain of calls overlaps ramp-up and drain.
 // - Split-K: each CTA adds its fp32 sums into an L2-resident accumulator with float2 atomics; the last CTA of a
 //   column block (an atomic ticket) applies bias and clamp, writes Y and zeroes the accumulator and its ticket
 //   for the next call (the summation order, and so the last bits, vary from run to run).
@@ -67,6 +69,8 @@ struct FusedParams {
   int y_dtype;     // GemmDType
   int zero_point;  // int4: second meta half is a zero point (w = (q - z) s) instead of an offset
   int x_vec;       // X rows can be read with 16-byte loads (K % 8 == 0, ldx % 8 == 0, X 16-byte aligned)
+  int pdl;         // launched as a programmatic dependent: W and meta are requested before the previous kernel of
+                   // the stream has finished, X, Y and the workspace are touched only after it has
 };
 
 // Build-time tuning knobs (defaults measured best on the H200, docs/gemm.md): resident CTAs per SM the kernel is
@@ -140,9 +144,18 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 // 16-byte global -> shared copy with an L2 cache policy (the weights: evict-first).
+// QDEC_FUSED_EVICT_FIRST=0 drops the hint (a build-time experiment knob).
+#ifndef QDEC_FUSED_EVICT_FIRST
+#define QDEC_FUSED_EVICT_FIRST 1
+#endif
 __device__ __forceinline__ void cp_async16_hint(uint32_t smem, const void* gmem, uint64_t policy) {
+#if QDEC_FUSED_EVICT_FIRST
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "l"(policy)
                : "memory");
+#else
+  (void)policy;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem) : "memory");
+#endif
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -208,6 +221,16 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   uint4 r;
   asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(addr));
   return r;
+}
+
+// Programmatic dependent launch (sm_90): let the next kernel of the stream be scheduled (it still waits for this
+// one before it touches what this one writes), and wait for the previous kernel (a no-op without the launch
+// attribute).
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void griddep_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
 // An L2 policy that marks lines evict-first (the weights are read once).
@@ -340,6 +363,9 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   float* xsum_sh = xpart_sh + fused_xsum_tasks(n_seg) * kRows;                            // [n_seg][kRows]
   __shared__ int is_last_sh;
 
+  // Under PDL, the next kernel of the stream may be scheduled as this grid's CTAs leave (it waits for this one
+  // before touching its outputs: griddep_wait).
+  if (p.pdl) griddep_launch_dependents();
   const int nt = nb * kWarps + warp;  // this warp's 16-row tile
   const bool active = nt * 16 < p.n_pad;
   const int chunks_per_row = p.k_pad / D::kChunkK;
@@ -365,46 +391,47 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   // first kDepth weight tiles, then (once the staging has landed) convert the scales to fp32 and sum X per group.
   {
     const int zrows = MT == 1 ? xrows : kRows;
-    const uint16_t* x_gl = static_cast<const uint16_t*>(p.x);
-    if (p.x_vec && MT == 1) {
-      const int vecs = slice / 8;
-      for (int r = 0; r < zrows; ++r) {
-        for (int v = threadIdx.x; v < vecs; v += kThreads) {
-          const int c = v * 8, kk = k0 + c;
-          uint16_t* dst = x_sh + r * xs_stride + c;
-          if (r < xrows && kk < p.k) {
-            cp_async16(dst, x_gl + r * p.ldx + kk);
-          } else {
-            *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    auto stage_x = [&]() {
+      const uint16_t* x_gl = static_cast<const uint16_t*>(p.x);
+      if (p.x_vec && MT == 1) {
+        const int vecs = slice / 8;
+        for (int r = 0; r < zrows; ++r) {
+          for (int v = threadIdx.x; v < vecs; v += kThreads) {
+            const int c = v * 8, kk = k0 + c;
+            uint16_t* dst = x_sh + r * xs_stride + c;
+            if (r < xrows && kk < p.k) {
+              cp_async16(dst, x_gl + r * p.ldx + kk);
+            } else {
+              *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+            }
+          }
+        }
+      } else if (p.x_vec) {
+        // MT >= 2 (16 or more rows): whole rows per warp, 16 bytes per lane along the row, so that no thread runs
+        // an empty row loop (the all-threads-per-row loop above was 15% of the instructions at M = 16).
+        for (int r = warp; r < kRows; r += kWarps) {
+          for (int c = lane * 8; c < slice; c += 256) {
+            uint16_t* dst = x_sh + r * xs_stride + c;
+            if (r < xrows && k0 + c < p.k) {
+              cp_async16(dst, x_gl + r * p.ldx + k0 + c);
+            } else {
+              *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+            }
+          }
+        }
+      } else {
+        for (int r = 0; r < zrows; ++r) {
+          for (int c = threadIdx.x; c < slice; c += kThreads) {
+            const int kk = k0 + c;
+            x_sh[r * xs_stride + c] = (r < xrows && kk < p.k) ? x_gl[r * p.ldx + kk] : uint16_t{0};
           }
         }
       }
-    } else if (p.x_vec) {
-      // MT >= 2 (16 or more rows): whole rows per warp, 16 bytes per lane along the row, so that no thread runs
-      // an empty row loop (the all-threads-per-row loop above was 15% of the instructions at M = 16).
-      for (int r = warp; r < kRows; r += kWarps) {
-        for (int c = lane * 8; c < slice; c += 256) {
-          uint16_t* dst = x_sh + r * xs_stride + c;
-          if (r < xrows && k0 + c < p.k) {
-            cp_async16(dst, x_gl + r * p.ldx + k0 + c);
-          } else {
-            *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-          }
-        }
-      }
-    } else {
-      for (int r = 0; r < zrows; ++r) {
-        for (int c = threadIdx.x; c < slice; c += kThreads) {
-          const int kk = k0 + c;
-          x_sh[r * xs_stride + c] = (r < xrows && kk < p.k) ? x_gl[r * p.ldx + kk] : uint16_t{0};
-        }
-      }
-    }
-    // The slice's meta (fp16; per segment the CTA's 128 rows are contiguous: 16-byte pieces of 4 (int4) or 8
-    // (int8) rows; pieces past n_pad or past the last group are zero), in the same group as X, ahead of the
-    // weight tiles so that the prologue does not wait behind them.
+    };
     const int g_first = per_channel ? 0 : k0 / p.group_k;
-    {
+    // The slice's meta (fp16; per segment the CTA's 128 rows are contiguous: 16-byte pieces of 4 (int4) or 8
+    // (int8) rows; pieces past n_pad or past the last group are zero).
+    auto stage_meta = [&]() {
       constexpr int kPieceRows = 16 / D::kMetaEntry;
       constexpr int kPieces = kBlockN / kPieceRows;
       for (int i = threadIdx.x; i < n_seg * kPieces; i += kThreads) {
@@ -416,15 +443,33 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
           *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
         }
       }
-    }
-    cp_async_commit();  // group: the X and meta staging
+    };
     // The first kDepth weight tiles, one cp.async group each (empty groups past the slice keep the count).
+    auto request_first_tiles = [&]() {
 #pragma unroll
-    for (int u = 0; u < kDepth; ++u) {
-      if (active && u < nch) cp_async16_hint(ring_addr(u), w_gl + static_cast<size_t>(u) * 512, policy);
+      for (int u = 0; u < kDepth; ++u) {
+        if (active && u < nch) cp_async16_hint(ring_addr(u), w_gl + static_cast<size_t>(u) * 512, policy);
+        cp_async_commit();
+      }
+    };
+    // X and meta first (one cp.async group), so that the prologue does not wait behind the weight tiles. Under
+    // programmatic dependent launch, meta and the first weight tiles need nothing from the previous kernel and
+    // are requested while it finishes; X (possibly its output) only after it has, as the youngest group.
+    if (!p.pdl) {
+      stage_x();
+      stage_meta();
       cp_async_commit();
+      request_first_tiles();
+      cp_async_wait_group<kDepth>();  // the staging group (older than the weight tiles) has landed
+    } else {
+      stage_meta();
+      cp_async_commit();
+      request_first_tiles();
+      griddep_wait();
+      stage_x();
+      cp_async_commit();
+      cp_async_wait_group<0>();  // X, and with it the meta and the first tiles
     }
-    cp_async_wait_group<kDepth>();  // the staging group (older than the weight tiles) has landed
     __syncthreads();
     // Scales: per (segment, row pair g / g + 8 of a warp) the fp32 (s_g, o_g, s_g+8, o_g+8) the group flush
     // applies, with the magic number, the zero point and the x1/16 of the fp16 int4 rows g + 8 folded in, so

@@ -269,10 +269,20 @@ Status gemm(const GemmParams& p, cudaStream_t stream) {
     fp.y_dtype = static_cast<int>(p.y_dtype);
     fp.zero_point = zp ? 1 : 0;
     fp.x_vec = (L.k % 8 == 0 && plan.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0) ? 1 : 0;
+    fp.pdl = p.pdl ? 1 : 0;
     QDEC_RETURN_IF_ERROR(prepare_kernel(plan.kernel->func, plan.smem));
     void* args[] = {&fp};
-    QDEC_CUDA_RETURN(cudaLaunchKernel(plan.kernel->func, dim3(plan.n_blocks, plan.num_splits), dim3(wq::kThreads), args,
-                                      plan.smem, stream));
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(plan.n_blocks, plan.num_splits);
+    cfg.blockDim = dim3(wq::kThreads);
+    cfg.dynamicSmemBytes = plan.smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = p.pdl ? 1 : 0;
+    QDEC_CUDA_RETURN(cudaLaunchKernelExC(&cfg, plan.kernel->func, args));
     return Status::Ok();
   }
   // Large M: dequantize to a 16-bit scratch in X's dtype, cuBLASLt, then bias / clamp if asked. Below
