@@ -150,7 +150,8 @@ struct RowArgs {
   int32_t* row_sum;
   const void* weight;  // RMSNorm only
   float eps;
-  int vec;  // 1: X rows and weight are 16-byte aligned (16-byte loads)
+  int vec;       // 1: X rows and weight are 16-byte aligned (16-byte loads)
+  double inv_k;  // RN(1 / k), for the streaming kernel's ms
 };
 
 // One CTA per row. kVpt > 0: the row (and the normalized row) lives in kVpt 8-element vectors per thread;
@@ -389,6 +390,19 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_qua
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int nvec = a.k / 8;
 
+  auto load_row = [&](int row, uint4(&u)[kVpt]) {
+    const unsigned short* xr = static_cast<const unsigned short*>(a.x) + size_t(row) * a.ldx;
+#pragma unroll
+    for (int j = 0; j < kVpt; ++j) {
+      const int vi = tid + j * kThreads;
+      u[j] = vi < nvec ? __ldcs(reinterpret_cast<const uint4*>(xr + vi * 8)) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  // The first row's loads go out before the weight staging, so its DRAM latency overlaps the weight's.
+  uint4 nxt[kVpt];
+  int row = blockIdx.x;
+  if (row < a.m) load_row(row, nxt);
+
   // The RMSNorm weight as fp32 in shared memory (dynamic, k * 4 bytes: elements 0..3 of vector vi at [vi], 4..7 at
   // [nvec + vi], so a warp's 16-byte reads are conflict-free), converted once per CTA. Each thread reads back only
   // the vectors it wrote (no barrier for the data). w_finite: every weight is finite (one CTA-wide vote).
@@ -409,14 +423,6 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_qua
     }
     w_finite = __syncthreads_and(w_finite) != 0;
   }
-  auto load_row = [&](int row, uint4(&u)[kVpt]) {
-    const unsigned short* xr = static_cast<const unsigned short*>(a.x) + size_t(row) * a.ldx;
-#pragma unroll
-    for (int j = 0; j < kVpt; ++j) {
-      const int vi = tid + j * kThreads;
-      u[j] = vi < nvec ? __ldcs(reinterpret_cast<const uint4*>(xr + vi * 8)) : make_uint4(0, 0, 0, 0);
-    }
-  };
   // Thread 0 writes the code sum of the previous row once every warp has stored its part (after a barrier).
   auto finish_row_sum = [&](int prev_row, int parity) {
     if (tid == 0 && prev_row >= 0 && a.row_sum) {
@@ -427,9 +433,6 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_qua
     }
   };
 
-  uint4 nxt[kVpt];
-  int row = blockIdx.x;
-  if (row < a.m) load_row(row, nxt);
   int prev_row = -1, p = 0;
   for (; row < a.m; row += gridDim.x, p ^= 1) {
     float v[kVpt][8];
@@ -455,7 +458,12 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_qua
       ss = red_ss[p][0];
 #pragma unroll
       for (int i = 1; i < kWarps; ++i) ss = __dadd_rn(ss, red_ss[p][i]);
-      const float ms = __double2float_rn(__ddiv_rn(ss, double(a.k)));
+      // ss / k correctly rounded without the division routine: inv_k = RN(1 / k) (host), q = RN(ss * inv_k) is within
+      // one ulp, the residual fma(-q, k, ss) is exact, and RN(q + r * inv_k) is RN(ss / k) (Markstein's theorem; ss
+      // and ss / k are normal or zero here). Non-finite ss keeps q (Inf / NaN, as the division gives).
+      const double q = __dmul_rn(ss, a.inv_k);
+      const double msd = isfinite(q) ? __fma_rn(__fma_rn(-q, double(a.k), ss), a.inv_k, q) : q;
+      const float ms = __double2float_rn(msd);
       const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ms, a.eps)));
       finite_y = w_finite && isfinite(ss) && isfinite(r);
       r_row = r;
@@ -526,8 +534,7 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_qua
       const float inv = __fmaf_rn(rc, __fmaf_rn(rc, -s, 1.0f), rc);  // the division's refined reciprocal
 #pragma unroll
       for (int j = 0; j < kVpt; ++j) {
-        const int vi = tid + j * kThreads;
-        if (vi >= nvec) continue;
+        const int vi = tid + j * kThreads;  // vectors past the row hold zeros (code 0): only their store is skipped
         uint32_t u[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -540,7 +547,7 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_qua
         o.y = __byte_perm(__byte_perm(u[4], u[5], 0x0040), __byte_perm(u[6], u[7], 0x0040), 0x5410);
         sum = __dp4a(int(o.x), 0x01010101, sum);
         sum = __dp4a(int(o.y), 0x01010101, sum);
-        *reinterpret_cast<uint2*>(qr + vi * 8) = o;
+        if (vi < nvec) *reinterpret_cast<uint2*>(qr + vi * 8) = o;
       }
     } else if constexpr (kOutlineRare) {
       sum = quant_row_reference<kDType, kNorm, kThreads, kVpt>(
@@ -775,7 +782,7 @@ Status quantize_activations(const ActQuantParams& p, cudaStream_t stream) {
   QDEC_RETURN_IF_ERROR(check_common(what, p.m, p.k, p.x_dtype, p.x, p.ldx, p.q, p.ldq, &ldx, &ldq));
   QDEC_RETURN_IF_ERROR(check_vec_out(what, "scale", p.scale, true));
   QDEC_RETURN_IF_ERROR(check_vec_out(what, "row_sum", p.row_sum, false));
-  RowArgs a{p.m, p.k, p.x, ldx, p.q, ldq, p.scale, p.row_sum, nullptr, 0.0f, 0};
+  RowArgs a{p.m, p.k, p.x, ldx, p.q, ldq, p.scale, p.row_sum, nullptr, 0.0f, 0, 1.0 / p.k};
   a.vec = aligned(p.x, 16) && ldx % 8 == 0;
   return launch_rows<false>(a, p.x_dtype, stream);
 }
@@ -793,7 +800,7 @@ Status rmsnorm_quantize(const RmsNormQuantParams& p, cudaStream_t stream) {
   if (!aligned(p.weight, 2)) return invalid(std::string(what) + ": weight is not 2-byte aligned");
   if (!std::isfinite(p.eps) || p.eps < 0.0f)
     return invalid(std::string(what) + ": eps " + std::to_string(p.eps) + " must be finite and >= 0");
-  RowArgs a{o.m, o.k, o.x, ldx, o.q, ldq, o.scale, o.row_sum, p.weight, p.eps, 0};
+  RowArgs a{o.m, o.k, o.x, ldx, o.q, ldq, o.scale, o.row_sum, p.weight, p.eps, 0, 1.0 / o.k};
   a.vec = aligned(o.x, 16) && ldx % 8 == 0 && aligned(p.weight, 16);
   return launch_rows<true>(a, o.x_dtype, stream);
 }
