@@ -307,16 +307,81 @@ __device__ __forceinline__ void load_stage_one(const DecodeKernelParams& p, cons
   }
 }
 
+// Pages of 16 or 32 tokens with K and V of one geometry (the kSmallPages kernels): the copies of K and V follow
+// the same chunk -> block16 map, so each of this thread's block16s is looked up once for both (half the
+// block-table loads, clamps and index arithmetic of two load_stage_one calls), with the index arithmetic
+// specialized for small pages. Kept out of the general kernel, whose shared code paid for the extra live
+// registers on contiguous caches (docs/attention.md, v16).
 template <class KF, class VF, int D>
+__device__ __forceinline__ void load_stage_small(const DecodeKernelParams& p, uint8_t* stage, const uint8_t* k_head,
+                                                 const uint8_t* v_head, long long row_off, int tok0, int end) {
+  using S = DecodeSmem<KF, VF, D>;
+  using G = BlockGeom<KF, D>;
+  static_assert(G::kDataBytes == BlockGeom<VF, D>::kDataBytes && KF::kGroups == VF::kGroups &&
+                    KF::kMetaEntry == VF::kMetaEntry && KF::kQuant == VF::kQuant,
+                "load_stage_small needs K and V of one geometry");
+  constexpr int kDataChunks = kWarps * G::kDataBytes / 16;
+  constexpr int kBlkChunks = G::kDataBytes / 16;
+  constexpr int kN = kDataChunks / kThreads;
+  const int psl = p.page_size_log2;
+  const int page_mask = (1 << psl) - 1;
+  const int tid = threadIdx.x;
+  auto page_of = [&](int t) -> long long {
+    const int lp = t >> psl;
+    return p.block_table ? (long long)__ldg(p.block_table + row_off + lp) : row_off + lp;
+  };
+  // All lookups first (tokens clamped into the sequence: every load in bounds and unconditional).
+  long long pg[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) pg[i] = page_of(min(tok0 + ((tid + i * kThreads) / kBlkChunks) * kBlockTokens, end - 1));
+  constexpr int kBlkGroupChunks = kBlockTokens * KF::kMetaEntry / 16;  // 16 entries of one group
+  int mblk = 0;
+  long long mpg = 0;
+  if constexpr (KF::kQuant) {
+    mblk = tid / (KF::kGroups * kBlkGroupChunks);
+    mpg = page_of(min(tok0 + min(mblk, kWarps - 1) * kBlockTokens, end - 1));
+  }
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const int c = tid + i * kThreads;
+    const int t = tok0 + (c / kBlkChunks) * kBlockTokens;
+    if (t < end) {
+      const size_t off = (size_t)((t & page_mask) >> 4) * G::kDataBytes + (c % kBlkChunks) * 16;
+      cp_async16(stage + c * 16, k_head + pg[i] * p.k_page_stride + off);
+      cp_async16(stage + S::kOffVData + c * 16, v_head + pg[i] * p.v_page_stride + off);
+    }
+  }
+  if constexpr (KF::kQuant) {
+    if (tid < kWarps * KF::kGroups * kBlkGroupChunks) {
+      const int r = tid % (KF::kGroups * kBlkGroupChunks);
+      const int g = r / kBlkGroupChunks, c = r % kBlkGroupChunks;
+      const int t = tok0 + mblk * kBlockTokens;
+      if (t < end) {
+        const size_t off = ((size_t)G::kDataBytes / kBlockTokens << psl) +
+                           ((size_t)(g << psl) + (t & page_mask)) * KF::kMetaEntry + c * 16;
+        const int dst = (g * kStageTokens + mblk * kBlockTokens) * KF::kMetaEntry + c * 16;
+        cp_async16(stage + S::kOffKMeta + dst, k_head + mpg * p.k_page_stride + off);
+        cp_async16(stage + S::kOffVMeta + dst, v_head + mpg * p.v_page_stride + off);
+      }
+    }
+  }
+}
+
+template <class KF, class VF, int D, bool kSmallPages>
 __device__ __forceinline__ void load_stage(const DecodeKernelParams& p, uint8_t* stage, const uint8_t* k_head,
                                            const uint8_t* v_head, long long row_off, int tok0, int end) {
   using S = DecodeSmem<KF, VF, D>;
-  load_stage_one<KF, D>(p, k_head, p.k_page_stride, stage, stage + S::kOffKMeta, row_off, tok0, end);
-  load_stage_one<VF, D>(p, v_head, p.v_page_stride, stage + S::kOffVData, stage + S::kOffVMeta, row_off, tok0, end);
+  if constexpr (kSmallPages) {
+    load_stage_small<KF, VF, D>(p, stage, k_head, v_head, row_off, tok0, end);
+  } else {
+    load_stage_one<KF, D>(p, k_head, p.k_page_stride, stage, stage + S::kOffKMeta, row_off, tok0, end);
+    load_stage_one<VF, D>(p, v_head, p.v_page_stride, stage + S::kOffVData, stage + S::kOffVMeta, row_off, tok0, end);
+  }
 }
 
-// NH: n-tiles of 8 query heads (1 for group_size <= 8, 2 for 9..16).
-template <class KF, class VF, int D, int NH>
+// NH: n-tiles of 8 query heads (1 for group_size <= 8, 2 for 9..16). kSmallPages: only for pages of 16 or 32
+// tokens with K and V of one geometry (load_stage_small); the launcher picks it where it is compiled.
+template <class KF, class VF, int D, int NH, bool kSmallPages = false>
 __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     decode_attention_kernel(const __grid_constant__ DecodeKernelParams p) {
   using S = DecodeSmem<KF, VF, D>;
@@ -393,7 +458,8 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   for (int st = 0; st < S::kStages - 1; ++st) {
     if (st < n_iter) {
       wait_if_tail(st);
-      load_stage<KF, VF, D>(p, smem + st * S::kStageBytes, k_head, v_head, row_off, start + st * kStageTokens, end);
+      load_stage<KF, VF, D, kSmallPages>(p, smem + st * S::kStageBytes, k_head, v_head, row_off,
+                                         start + st * kStageTokens, end);
     }
     cp_async_commit();
   }
@@ -677,8 +743,8 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
       const int nxt = it + S::kStages - 1;
       if (nxt < n_iter) wait_if_tail(nxt);
       if (nxt < n_iter)
-        load_stage<KF, VF, D>(p, smem + next_buf * S::kStageBytes, k_head, v_head, row_off, start + nxt * kStageTokens,
-                              end);
+        load_stage<KF, VF, D, kSmallPages>(p, smem + next_buf * S::kStageBytes, k_head, v_head, row_off,
+                                           start + nxt * kStageTokens, end);
       cp_async_commit();
       next_buf = next_buf == S::kStages - 1 ? 0 : next_buf + 1;
     }

@@ -139,6 +139,8 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
   plan->func = plan->kernel->func[group_size <= 8 ? 0 : 1];
   if (p.page_size < 16 || p.page_size > 256 || (p.page_size & (p.page_size - 1)) != 0)
     return invalid("page_size " + std::to_string(p.page_size) + " must be a power of two in 16..256");
+  if (p.page_size < attention::kStageTokens && group_size <= 8 && plan->kernel->func_small_pages)
+    plan->func = plan->kernel->func_small_pages;
   if (p.max_pages_per_seq < 1)
     return invalid("max_pages_per_seq " + std::to_string(p.max_pages_per_seq) + " must be >= 1");
   const KvTileLayout kt{p.k_format, p.head_dim, p.page_size}, vt{p.v_format, p.head_dim, p.page_size};
