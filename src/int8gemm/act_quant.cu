@@ -317,6 +317,25 @@ __device__ __forceinline__ float rcp_approx(float x) {
   return r;
 }
 
+// The fp32 RMSNorm weight of vector vi from shared memory (the streaming kernel's layout, below).
+__device__ __forceinline__ void smem_weight(const float4* w_smem, int vi, int nvec, float (&w)[8]) {
+  const float4 w0 = w_smem[vi], w1 = w_smem[nvec + vi];
+  w[0] = w0.x, w[1] = w0.y, w[2] = w0.z, w[3] = w0.w, w[4] = w1.x, w[5] = w1.y, w[6] = w1.z, w[7] = w1.w;
+}
+
+// y of vector vi of a row, recomputed from X (the rare rows' out-of-line code): x, or (x * r) * w with RMSNorm.
+template <int kDType, bool kNorm>
+__device__ __forceinline__ void row_y(const unsigned short* xr, int vi, int nvec, float r, const float4* w_smem,
+                                      float (&y)[8]) {
+  unpack_vec<kDType>(*reinterpret_cast<const uint4*>(xr + vi * 8), y);
+  if constexpr (kNorm) {
+    float w[8];
+    smem_weight(w_smem, vi, nvec, w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], r), w[i]);
+  }
+}
+
 // The reference rules for a row the fast quantizer does not take (rare), out of line so that its division code does
 // not raise the streaming kernel's register count: the thread's vectors are re-read (from L2) and y recomputed with
 // the same operations. Returns this thread's code sum.
@@ -330,13 +349,7 @@ __device__ __noinline__ int quant_row_reference(const unsigned short* xr, int k,
     const int vi = threadIdx.x + j * kThreads;
     if (vi >= nvec) continue;
     float y[8];
-    unpack_vec<kDType>(*reinterpret_cast<const uint4*>(xr + vi * 8), y);
-    if constexpr (kNorm) {
-      const float4 w0 = w_smem[vi], w1 = w_smem[nvec + vi];
-      const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], r), w[i]);
-    }
+    row_y<kDType, kNorm>(xr, vi, nvec, r, w_smem, y);
     int c[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -358,13 +371,7 @@ __device__ __noinline__ uint32_t finite_amax_bits(const unsigned short* xr, int 
     const int vi = threadIdx.x + j * kThreads;
     if (vi >= nvec) continue;
     float y[8];
-    unpack_vec<kDType>(*reinterpret_cast<const uint4*>(xr + vi * 8), y);
-    if constexpr (kNorm) {
-      const float4 w0 = w_smem[vi], w1 = w_smem[nvec + vi];
-      const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) y[i] = __fmul_rn(__fmul_rn(y[i], r), w[i]);
-    }
+    row_y<kDType, kNorm>(xr, vi, nvec, r, w_smem, y);
 #pragma unroll
     for (int i = 0; i < 8; ++i)
       if (isfinite(y[i])) fb = max(fb, __float_as_uint(y[i]) & 0x7FFFFFFFu);
@@ -470,8 +477,8 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_qua
 #pragma unroll
       for (int j = 0; j < kVpt; ++j) {
         const int vi = min(tid + j * kThreads, nvec - 1);  // unused vectors hold zeros: any weight keeps them 0
-        const float4 w0 = w_smem[vi], w1 = w_smem[nvec + vi];
-        const float w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        float w[8];
+        smem_weight(w_smem, vi, nvec, w);
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[j][i] = __fmul_rn(__fmul_rn(v[j][i], r), w[i]);
       }
