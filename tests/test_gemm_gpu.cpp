@@ -103,6 +103,17 @@ std::vector<double> download_y(const DeviceBuffer& y, size_t count, GemmDType d)
 
 class GemmGpu : public ::testing::TestWithParam<Case> {};
 
+// Sizes the call's workspace into *ws, zero-filled (the split-K accumulator and tickets start at zero), and
+// attaches it to *p.
+void attach_workspace(GemmParams* p, DeviceBuffer* ws) {
+  size_t bytes = 0;
+  QDEC_ASSERT_OK(gemm_workspace_bytes(*p, &bytes));
+  QDEC_CUDA_CHECK(ws->allocate(bytes));
+  if (bytes) QDEC_CUDA_CHECK(cudaMemset(ws->get(), 0, bytes));
+  p->workspace = ws->get();
+  p->workspace_bytes = bytes;
+}
+
 TEST_P(GemmGpu, MatchesFloat64Reference) {
   QDEC_SKIP_WITHOUT_GPU();
   const Case& c = GetParam();
@@ -146,12 +157,8 @@ TEST_P(GemmGpu, MatchesFloat64Reference) {
   p.y = y.get();
   p.path = c.path;
   p.num_splits = c.splits;
-  size_t ws_bytes = 0;
-  QDEC_ASSERT_OK(gemm_workspace_bytes(p, &ws_bytes));
-  DeviceBuffer ws(ws_bytes);
-  if (ws_bytes) QDEC_CUDA_CHECK(cudaMemset(ws.get(), 0, ws_bytes));
-  p.workspace = ws.get();
-  p.workspace_bytes = ws_bytes;
+  DeviceBuffer ws;
+  ASSERT_NO_FATAL_FAILURE(attach_workspace(&p, &ws));
   GemmPath path;
   int splits = 0;
   QDEC_ASSERT_OK(gemm_plan(p, &path, &splits));
@@ -278,12 +285,8 @@ TEST_P(GemmBf16Range, RowsOfAnyMagnitude) {
   p.y = y.get();
   p.path = GemmPath::kFused;
   p.num_splits = c.splits;
-  size_t ws_bytes = 0;
-  QDEC_ASSERT_OK(gemm_workspace_bytes(p, &ws_bytes));
-  DeviceBuffer ws(ws_bytes);
-  if (ws_bytes) QDEC_CUDA_CHECK(cudaMemset(ws.get(), 0, ws_bytes));
-  p.workspace = ws.get();
-  p.workspace_bytes = ws_bytes;
+  DeviceBuffer ws;
+  ASSERT_NO_FATAL_FAILURE(attach_workspace(&p, &ws));
   QDEC_CUDA_CHECK(cudaMemset(y.get(), 0xFF, ref.size() * 4));
   QDEC_ASSERT_OK(gemm(p, nullptr));
   QDEC_CUDA_CHECK(cudaDeviceSynchronize());
