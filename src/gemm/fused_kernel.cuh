@@ -597,6 +597,22 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   // with counters. TPG 0: no group ends inside the slice (per channel); -1: two groups per tile (int4 g32).
   auto run = [&](auto tpg_tag) {
     constexpr int TPG = decltype(tpg_tag)::value;
+    // Tile u of a ring block whose X columns start at xa (segment seg at the block's start): the group bookkeeping
+    // of TPG as compile-time choices.
+    auto tile_at = [&](const uint4& v, uint32_t xa_, int u, int seg_) {
+      const uint32_t xt = xa_ + static_cast<uint32_t>(u * D::kChunkK * 2);
+      if constexpr (TPG == -1) {
+        tile(v, xt, std::false_type{}, std::true_type{}, seg_ + 2 * u);
+      } else if constexpr (TPG == 0) {
+        tile(v, xt, std::false_type{}, std::false_type{}, 0);
+      } else {
+        if (u % TPG == 0) {
+          tile(v, xt, std::true_type{}, std::false_type{}, 0);
+        } else {
+          tile(v, xt, std::false_type{}, std::false_type{}, 0);
+        }
+      }
+    };
     const uint8_t* wp = w_gl + kDepth * 512;  // the tile kDepth ahead
     uint32_t xa = xb_lane;
     int seg = 0;
@@ -612,18 +628,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
         const uint4 v = lds128(ring_addr(u));
         if (u < ahead) cp_async16_hint(ring_addr(u), wp + u * 512, policy);
         cp_async_commit();
-        const uint32_t xt = xa + static_cast<uint32_t>(u * D::kChunkK * 2);
-        if constexpr (TPG == -1) {
-          tile(v, xt, std::false_type{}, std::true_type{}, seg + 2 * u);
-        } else if constexpr (TPG == 0) {
-          tile(v, xt, std::false_type{}, std::false_type{}, 0);
-        } else {
-          if (u % TPG == 0) {
-            tile(v, xt, std::true_type{}, std::false_type{}, 0);
-          } else {
-            tile(v, xt, std::false_type{}, std::false_type{}, 0);
-          }
-        }
+        tile_at(v, xa, u, seg);
         if constexpr (TPG > 0) {
           if ((u + 1) % TPG == 0) flush(seg + u / TPG);
         }
@@ -641,17 +646,8 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       if (u < rem) {
         cp_async_wait_pending(kDepth - 1 - u);
         const uint4 v = lds128(ring_addr(u));
-        const uint32_t xt = xa + static_cast<uint32_t>(u * D::kChunkK * 2);
-        if constexpr (TPG == -1) {
-          tile(v, xt, std::false_type{}, std::true_type{}, seg + 2 * u);
-        } else if constexpr (TPG == 0) {
-          tile(v, xt, std::false_type{}, std::false_type{}, 0);
-        } else {
-          if (u % TPG == 0) {
-            tile(v, xt, std::true_type{}, std::false_type{}, 0);
-          } else {
-            tile(v, xt, std::false_type{}, std::false_type{}, 0);
-          }
+        tile_at(v, xa, u, seg);
+        if constexpr (TPG > 0) {
           if ((u + 1) % TPG == 0 || u == rem - 1) flush(seg + u / TPG);
         }
       }
