@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench_common.cuh"
+#include "bench_timer.cuh"
 #include "gemm/cublaslt.h"
 #include "qdec/gemm.h"
 #include "qdec/w4a8_gemm.h"
@@ -39,15 +40,6 @@ __global__ void fill_bytes(uint32_t* p, size_t words, uint64_t seed) {
 __global__ void fill_word(uint32_t* p, size_t words, uint32_t v) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x)
     p[i] = v;
-}
-__global__ void hold_kernel(volatile int* flag, uint64_t timeout_ns) {
-  uint64_t start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  while (flag[0] == 0) {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start > timeout_ns) break;
-    __nanosleep(1000);
-  }
 }
 
 struct Buf {
@@ -75,50 +67,6 @@ void word(void* p, size_t bytes, uint32_t v) {
   BENCH_CUDA(cudaGetLastError());
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-class Timer {
- public:
-  explicit Timer(int iters) : ev_(2 * iters) {
-    BENCH_CUDA(cudaHostAlloc(&flag_, sizeof(int), cudaHostAllocMapped));
-    BENCH_CUDA(cudaHostGetDevicePointer(&dflag_, flag_, 0));
-    for (auto& e : ev_) BENCH_CUDA(cudaEventCreate(&e));
-  }
-  ~Timer() {
-    for (auto& e : ev_) cudaEventDestroy(e);
-    cudaFreeHost(flag_);
-  }
-  template <class F>
-  double time(int warmup, F&& launch) {
-    const int iters = int(ev_.size() / 2);
-    for (int i = 0; i < warmup; ++i) launch(i);
-    BENCH_CUDA(cudaDeviceSynchronize());
-    *flag_ = 0;
-    hold_kernel<<<1, 1>>>(dflag_, 2000000000ull);
-    for (int i = 0; i < iters; ++i) {
-      BENCH_CUDA(cudaEventRecord(ev_[2 * i]));
-      launch(warmup + i);
-      BENCH_CUDA(cudaEventRecord(ev_[2 * i + 1]));
-    }
-    *flag_ = 1;
-    BENCH_CUDA(cudaDeviceSynchronize());
-    std::vector<double> us(iters);
-    for (int i = 0; i < iters; ++i) {
-      float ms = 0;
-      BENCH_CUDA(cudaEventElapsedTime(&ms, ev_[2 * i], ev_[2 * i + 1]));
-      us[i] = 1e3 * ms;
-    }
-    return median(us);
-  }
-
- private:
-  int* flag_ = nullptr;
-  int* dflag_ = nullptr;
-  std::vector<cudaEvent_t> ev_;
-};
 
 // cuBLASLt int8 x int8 -> int32 (the TN layout IMMA kernels need): D^T[N, M] = W[N, K] . X[M, K]^T.
 struct LtInt8 {
@@ -199,7 +147,7 @@ int main(int argc, char** argv) {
     if (shapes_s == "all") shapes_s = "4096x4096,6144x4096,28672x4096,4096x14336,8192x8192,1280x8192,8192x3584";
     cudaDeviceProp prop{};
     BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
-    Timer timer(iters);
+    bench::Timer timer(nullptr, iters);  // the legacy default stream, as the probe's launches
 
     // Read ceiling (2 GiB streaming read) and launch floor, this run.
     double ceiling_gbs = 0, floor_us = 0;
@@ -207,11 +155,11 @@ int main(int argc, char** argv) {
       Buf big(size_t(2) << 30), sink(16);
       rnd(big, 1);
       const uint64_t n16 = big.bytes / 16;
-      const double us = timer.time(2, [&](int) {
+      const double us = timer.time(2, iters, [&](int) {
         bench::read_stream_kernel<<<prop.multiProcessorCount * 4, 512>>>(big.as<uint4>(), n16, sink.as<uint32_t>());
       });
       ceiling_gbs = big.bytes / us / 1e3;
-      floor_us = timer.time(5, [&](int) { bench::empty_kernel<<<1, 1>>>(); });
+      floor_us = timer.time(5, iters, [&](int) { bench::empty_kernel<<<1, 1>>>(); });
     }
     std::printf(
         "w4a8_probe on %s (%d SMs, %.0f MB L2), scheme %s, %d iterations (median); read ceiling %.0f GB/s, "
@@ -291,7 +239,7 @@ int main(int argc, char** argv) {
         p.workspace_bytes = ws_bytes;
         // Peers.
         LtInt8 lt(m, n, k);
-        const double t_i8 = lt.ok ? timer.time(3,
+        const double t_i8 = lt.ok ? timer.time(3, iters,
                                                [&](int i) {
                                                  const int s = i % sets;
                                                  lt.run(w8[s]->p, xq[s]->p, y[s]->p);
@@ -308,7 +256,7 @@ int main(int argc, char** argv) {
         if (gws) BENCH_CUDA(cudaMemset(gw.p, 0, gws));
         g.workspace = gw.p;
         g.workspace_bytes = gws;
-        const double t_w4a16 = timer.time(3, [&](int i) {
+        const double t_w4a16 = timer.time(3, iters, [&](int i) {
           const int s = i % sets;
           GemmParams q = g;
           q.x = xbf[s]->p;
@@ -318,7 +266,7 @@ int main(int argc, char** argv) {
           bench::check_status(gemm(q, nullptr), "w4a16");
         });
         Buf lt_ws(wq::kCublasWorkspaceBytes);
-        const double t_bf16 = timer.time(3, [&](int i) {
+        const double t_bf16 = timer.time(3, iters, [&](int i) {
           const int s = i % sets;
           bench::check_status(
               wq::cublaslt_gemm(true, 0, m, n, k, xbf[s]->p, k, wbf[s]->p, y[s]->p, n, lt_ws.p, lt_ws.bytes, nullptr),
@@ -330,7 +278,7 @@ int main(int argc, char** argv) {
           W4A8Path used;
           int splits = 0;
           bench::check_status(w4a8_gemm_plan(q0, &used, &splits), "w4a8 plan");
-          const double t = timer.time(3, [&](int i) {
+          const double t = timer.time(3, iters, [&](int i) {
             const int s = i % sets;
             W4A8Params q = q0;
             q.x.q = xq[s]->as<int8_t>();
