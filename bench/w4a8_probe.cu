@@ -67,7 +67,6 @@ void word(void* p, size_t bytes, uint32_t v) {
   BENCH_CUDA(cudaGetLastError());
 }
 
-
 // cuBLASLt int8 x int8 -> int32 (the TN layout IMMA kernels need): D^T[N, M] = W[N, K] . X[M, K]^T.
 struct LtInt8 {
   cublasLtHandle_t h = nullptr;
