@@ -118,18 +118,6 @@ float elapsed_ms(const Event& start, const Event& stop) {
 
 // ---- Kernels ----------------------------------------------------------------------------------------------
 
-__host__ __device__ inline uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// Uniform in [0, 1) from the top 24 bits.
-__device__ inline float unit_float(uint32_t r) {
-  return float(r >> 8) * (1.0f / 16777216.0f);
-}
-
 enum class DataFill : int { kBF16, kFP16, kFP8E4M3, kFP8E5M2, kRawBits };
 enum class MetaFill : int { kNone, kFP8Scale, kInt8Scales, kInt4ScaleShift };
 

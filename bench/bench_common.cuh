@@ -1,6 +1,7 @@
 // Pieces every qdec benchmark shares (included by the .cu benchmark sources, inside no namespace): the error
 // type and checks, the streaming-read kernel behind the "% of ceiling" columns (one kernel, so every benchmark
-// measures the same ceiling), the empty kernel behind the launch floor, and list parsing for options.
+// measures the same ceiling), the empty kernel behind the launch floor, list parsing for options, the device
+// buffer and the hash of the random fills.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "qdec/status.h"
@@ -31,6 +33,43 @@ inline void check_cuda(cudaError_t e, const char* expr, const char* file, int li
 
 inline void check_status(const Status& s, std::string_view what) {
   if (!s.ok()) throw BenchError(std::string(what) + ": " + s.to_string());
+}
+
+// A device buffer (cudaMalloc'd, freed with the object, movable) for a benchmark's inputs and outputs.
+class Buf {
+ public:
+  Buf() = default;
+  explicit Buf(size_t bytes) : bytes_(bytes) {
+    if (bytes) BENCH_CUDA(cudaMalloc(&p_, bytes));
+  }
+  ~Buf() {
+    if (p_) cudaFree(p_);
+  }
+  Buf(Buf&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(o.bytes_) {}
+  Buf(const Buf&) = delete;
+  void* get() const { return p_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// splitmix64 finalizer: the hash behind every benchmark's random fill kernels and seeds.
+__host__ __device__ inline uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, 1) from the top 24 bits.
+__device__ inline float unit_float(uint32_t r) {
+  return float(r >> 8) * (1.0f / 16777216.0f);
 }
 
 // The read ceiling: a pure streaming read. Four independent 16-byte loads per thread per iteration keep

@@ -44,35 +44,6 @@ namespace {
 
 using json = nlohmann::json;
 
-class Buf {
- public:
-  Buf() = default;
-  explicit Buf(size_t bytes) : bytes_(bytes) {
-    if (bytes) BENCH_CUDA(cudaMalloc(&p_, bytes));
-  }
-  ~Buf() {
-    if (p_) cudaFree(p_);
-  }
-  Buf(Buf&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(o.bytes_) {}
-  Buf(const Buf&) = delete;
-  void* get() const { return p_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-__host__ __device__ inline uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-__device__ inline float unit(uint32_t r) {
-  return float(r >> 8) * (1.0f / 16777216.0f);
-}
-
 // kind 0: bf16 pairs in [-1, 1); 1: fp16 pairs; 2: raw bits; 3: int4 meta (fp16 scale, fp16 offset);
 // 4: int8 meta (two fp16 scales); 5: int4-zp meta (fp16 scale, zero point 0..15).
 __global__ void fill_kernel(uint32_t* buf, uint64_t n_words, int kind, uint64_t seed) {
@@ -82,19 +53,19 @@ __global__ void fill_kernel(uint32_t* buf, uint64_t n_words, int kind, uint64_t 
     const uint32_t r0 = uint32_t(h), r1 = uint32_t(h >> 32);
     uint32_t out = r0;
     if (kind == 0) {
-      out = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(2.f * unit(r0) - 1.f))) |
-            (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(2.f * unit(r1) - 1.f))) << 16);
+      out = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(2.f * unit_float(r0) - 1.f))) |
+            (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(2.f * unit_float(r1) - 1.f))) << 16);
     } else if (kind == 1) {
-      out = uint32_t(__half_as_ushort(__float2half_rn(2.f * unit(r0) - 1.f))) |
-            (uint32_t(__half_as_ushort(__float2half_rn(2.f * unit(r1) - 1.f))) << 16);
+      out = uint32_t(__half_as_ushort(__float2half_rn(2.f * unit_float(r0) - 1.f))) |
+            (uint32_t(__half_as_ushort(__float2half_rn(2.f * unit_float(r1) - 1.f))) << 16);
     } else if (kind == 3) {
-      out = uint32_t(__half_as_ushort(__float2half_rn(0.001f + 0.001f * unit(r0)))) |
-            (uint32_t(__half_as_ushort(__float2half_rn(0.02f * unit(r1) - 0.01f))) << 16);
+      out = uint32_t(__half_as_ushort(__float2half_rn(0.001f + 0.001f * unit_float(r0)))) |
+            (uint32_t(__half_as_ushort(__float2half_rn(0.02f * unit_float(r1) - 0.01f))) << 16);
     } else if (kind == 4) {
-      out = uint32_t(__half_as_ushort(__float2half_rn(0.0001f + 0.0001f * unit(r0)))) |
-            (uint32_t(__half_as_ushort(__float2half_rn(0.0001f + 0.0001f * unit(r1)))) << 16);
+      out = uint32_t(__half_as_ushort(__float2half_rn(0.0001f + 0.0001f * unit_float(r0)))) |
+            (uint32_t(__half_as_ushort(__float2half_rn(0.0001f + 0.0001f * unit_float(r1)))) << 16);
     } else if (kind == 5) {
-      out = uint32_t(__half_as_ushort(__float2half_rn(0.001f + 0.001f * unit(r0)))) |
+      out = uint32_t(__half_as_ushort(__float2half_rn(0.001f + 0.001f * unit_float(r0)))) |
             (uint32_t(__half_as_ushort(__float2half_rn(float(r1 % 16)))) << 16);
     }
     buf[w] = out;
@@ -375,7 +346,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               const bool is_auto = path == GemmPath::kAuto && (used == GemmPath::kFused) == (m <= kAutoFusedMaxM);
               const std::string pth =
                   (used == GemmPath::kFused ? fmt::format("{} s{}", pdl_row ? "fused-pdl" : "fused", splits)
-                                             : std::string("dequant+cublaslt")) +
+                                            : std::string("dequant+cublaslt")) +
                   (both && is_auto && !pdl_row ? "*" : "");
               rows.push_back({pk.f.name(), pth, us, double(pk.L.code_bytes() + pk.L.meta_bytes()), mhz, g_us, false});
               if (used == GemmPath::kDequantCublas && m >= 2048 && variant == 0) {

@@ -46,39 +46,6 @@ namespace {
 
 using json = nlohmann::json;
 
-class Buf {
- public:
-  Buf() = default;
-  explicit Buf(size_t bytes) : bytes_(bytes) {
-    if (bytes) BENCH_CUDA(cudaMalloc(&p_, bytes));
-  }
-  ~Buf() {
-    if (p_) cudaFree(p_);
-  }
-  Buf(Buf&& o) noexcept : p_(std::exchange(o.p_, nullptr)), bytes_(o.bytes_) {}
-  Buf(const Buf&) = delete;
-  void* get() const { return p_; }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-__host__ __device__ inline uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-__device__ inline float unit(uint32_t r) {
-  return float(r >> 8) * (1.0f / 16777216.0f);
-}
-
 // kind 0: bf16 pairs in [-1, 1); 1: raw bits; 2: fp32 in [1e-4, 2e-4) (scales); 3: int4 meta (fp16 scale, fp16
 // offset); 4: small int32 (block sums).
 __global__ void fill_kernel(uint32_t* buf, uint64_t n_words, int kind, uint64_t seed) {
@@ -88,13 +55,13 @@ __global__ void fill_kernel(uint32_t* buf, uint64_t n_words, int kind, uint64_t 
     const uint32_t r0 = uint32_t(h), r1 = uint32_t(h >> 32);
     uint32_t out = r0;
     if (kind == 0) {
-      out = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(2.f * unit(r0) - 1.f))) |
-            (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(2.f * unit(r1) - 1.f))) << 16);
+      out = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(2.f * unit_float(r0) - 1.f))) |
+            (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(2.f * unit_float(r1) - 1.f))) << 16);
     } else if (kind == 2) {
-      out = __float_as_uint(1e-4f + 1e-4f * unit(r0));
+      out = __float_as_uint(1e-4f + 1e-4f * unit_float(r0));
     } else if (kind == 3) {
-      out = uint32_t(__half_as_ushort(__float2half_rn(0.001f + 0.001f * unit(r0)))) |
-            (uint32_t(__half_as_ushort(__float2half_rn(0.02f * unit(r1) - 0.01f))) << 16);
+      out = uint32_t(__half_as_ushort(__float2half_rn(0.001f + 0.001f * unit_float(r0)))) |
+            (uint32_t(__half_as_ushort(__float2half_rn(0.02f * unit_float(r1) - 0.01f))) << 16);
     } else if (kind == 4) {
       out = uint32_t(int(r0 % 2001) - 1000);
     }
@@ -560,7 +527,8 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
             const double gbps = b / (us * 1e-6) / 1e9, g_gbps = b / (g_us * 1e-6) / 1e9;
             const char* name = norm ? "rmsnorm+quant" : "quant";
             out << fmt::format(
-                "{:>5} {:>6} {:>16} {:>9.2f} {:>8.0f} {:>8.1f}% {:>8.1f}% {:>9.2f} {:>8.0f} {:>8.1f}% {:>8.1f}% {:>6.0f}\n",
+                "{:>5} {:>6} {:>16} {:>9.2f} {:>8.0f} {:>8.1f}% {:>8.1f}% {:>9.2f} {:>8.0f} {:>8.1f}% {:>8.1f}% "
+                "{:>6.0f}\n",
                 m, k, name, us, gbps, 100.0 * gbps / read_gbps, 100.0 * gbps / copy_gbps, g_us, g_gbps,
                 100.0 * g_gbps / read_gbps, 100.0 * g_gbps / copy_gbps, mhz);
             rc.push_back({{"m", m},
