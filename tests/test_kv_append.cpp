@@ -119,19 +119,21 @@ void fill_rows(std::mt19937_64& rng, std::vector<uint16_t>& rows, int D, DType d
   }
 }
 
-// Random shuffled block tables with spare pages, random start positions (any slot of a block16), and
-// either one new token per sequence or ragged runs (0..40 tokens, spanning block16 and page boundaries).
-Problem make_problem(std::mt19937_64& rng, const KvPageLayout& layout, int batch, bool prefill, DType dt) {
+// Random shuffled block tables with spare pages, random start positions (any slot of a block16, up to
+// max_start), and either one new token per sequence or ragged runs (0..40 tokens, spanning block16 and page
+// boundaries). table_cols > 0 sets max_pages_per_seq (it must hold max_start + 2 tokens).
+Problem make_problem(std::mt19937_64& rng, const KvPageLayout& layout, int batch, bool prefill, DType dt,
+                     int table_cols = 0, int max_start = 255) {
   Problem pr;
   pr.layout = layout;
   pr.batch = batch;
-  pr.max_pages_per_seq = (400 + layout.page_size - 1) / layout.page_size + 1;
+  pr.max_pages_per_seq = table_cols > 0 ? table_cols : (400 + layout.page_size - 1) / layout.page_size + 1;
   pr.num_pages = batch * pr.max_pages_per_seq + 5;
   std::vector<int32_t> perm(pr.num_pages);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
   pr.table.assign(static_cast<size_t>(batch) * pr.max_pages_per_seq, -1);
-  std::uniform_int_distribution<int> sd(0, 255), nd(0, 40);
+  std::uniform_int_distribution<int> sd(0, max_start), nd(0, 40);
   pr.cu.clear();
   if (prefill) pr.cu.push_back(0);
   for (int b = 0; b < batch; ++b) {
@@ -215,13 +217,16 @@ struct AppendCase {
   RopeStyle rope;
   bool prefill;
   DType dtype;
+  int table_cols = 0;   // max_pages_per_seq; 0: the default (a few pages)
+  int max_start = 255;  // largest start position
 };
 
 std::string append_case_name(const ::testing::TestParamInfo<AppendCase>& info) {
   const AppendCase& c = info.param;
   std::string s = std::string(c.k_format) + "_" + c.v_format + "_d" + std::to_string(c.head_dim) + "_p" +
                   std::to_string(c.page_size) + "_rope_" + rope_style_name(c.rope) +
-                  (c.prefill ? "_prefill" : "_decode") + "_" + dtype_name(c.dtype);
+                  (c.prefill ? "_prefill" : "_decode") + "_" + dtype_name(c.dtype) +
+                  (c.table_cols > 0 ? "_cols" + std::to_string(c.table_cols) : "");
   for (char& ch : s)
     if (ch == '-') ch = '_';
   return s;
@@ -241,7 +246,7 @@ TEST_P(KvAppendGpu, BitExactWithReference) {
   layout.num_kv_heads = 3;
   // Two appends in a row (the second continues where the first ended), so RMW of int4 K bytes whose other
   // nibble was written by an earlier launch is covered.
-  Problem pr = make_problem(rng, layout, 6, c.prefill, c.dtype);
+  Problem pr = make_problem(rng, layout, 6, c.prefill, c.dtype, c.table_cols, c.max_start);
   std::vector<uint8_t> gpu_pool;
   DeviceBuffer d_pool(pr.pool.size());
   QDEC_CUDA_CHECK(cudaMemcpy(d_pool.get(), pr.pool.data(), pr.pool.size(), cudaMemcpyHostToDevice));
@@ -307,6 +312,11 @@ std::vector<AppendCase> append_cases() {
           cases.push_back({k, v, d, d == 64 ? 16 : 64, rope, prefill, fp16 ? DType::kFP16 : DType::kBF16});
         }
   for (int page : {32, 128, 256}) cases.push_back({"int4-g4", "int4", 128, page, RopeStyle::kHalf, true, DType::kFP16});
+  // Decodes at positions spread over long block-table rows (128, 129 and 200 pages of 16 tokens).
+  cases.push_back({"int4", "int4", 128, 16, RopeStyle::kHalf, false, DType::kBF16, 128, 2040});
+  cases.push_back({"int8", "int4", 64, 16, RopeStyle::kInterleaved, false, DType::kFP16, 128, 2040});
+  cases.push_back({"fp8e4m3", "int4-g2", 256, 16, RopeStyle::kHalf, false, DType::kBF16, 129, 2060});
+  cases.push_back({"int4", "int4", 128, 16, RopeStyle::kHalf, false, DType::kBF16, 200, 3000});
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Formats, KvAppendGpu, ::testing::ValuesIn(append_cases()), append_case_name);
@@ -689,6 +699,10 @@ TEST(KvAppendErrors, BadFormatsAndRope) {
         f.p.rope_theta = 0.5f;
       },
       StatusCode::kInvalidArgument, "rope_theta");
+}
+TEST(KvAppendErrors, TooManyHeads) {  // the grid's y extent
+  expect_append_error([](ErrFixture& f) { f.p.layout.num_kv_heads = 70000; }, StatusCode::kUnsupported,
+                      "num_kv_heads 70000 is over 65535");
 }
 TEST(KvAppendErrors, PointersAndRuns) {
   expect_append_error([](ErrFixture& f) { f.p.k = nullptr; }, StatusCode::kInvalidArgument, "k is null");
