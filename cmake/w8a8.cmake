@@ -4,6 +4,7 @@ target_sources(qdec PRIVATE
   src/int8gemm/act_quant.cu
   src/int8gemm/w8a8_gemm.cu
   src/int8gemm/w8a8_block.cu
+  src/int8gemm/w8a8_wgmma.cu
 )
 if(QDEC_BUILD_TESTS)
   target_sources(qdec_tests PRIVATE tests/test_act_quant_gpu.cpp tests/test_w8a8_gpu.cpp)

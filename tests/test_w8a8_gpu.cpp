@@ -128,10 +128,20 @@ TEST_P(W8A8Channel, MatchesReference) {
   p.num_splits = c.splits;
   W8A8Backend used;
   int splits = 0;
+  if (c.backend == W8A8Backend::kWgmma) {
+    const Status st = w8a8_plan(p, &used, &splits);
+    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+  }
   QDEC_ASSERT_OK(w8a8_plan(p, &used, &splits));
-  const W8A8Backend expected = c.backend != W8A8Backend::kAuto ? c.backend
-                               : c.m <= kW8A8AutoMmaMaxM       ? W8A8Backend::kMma
-                                                               : W8A8Backend::kCublasLt;
+  W8A8Backend expected = c.backend;
+  if (c.backend == W8A8Backend::kAuto) {  // the documented rule (qdec/w8a8_gemm.h)
+    W8A8Params forced = p;
+    forced.backend = W8A8Backend::kWgmma;
+    const bool wgmma_ok = w8a8_plan(forced, nullptr, nullptr).ok();
+    expected = c.m <= kW8A8AutoMmaMaxM                                                 ? W8A8Backend::kMma
+               : wgmma_ok && w8a8_wgmma_steps(c.m, c.n, c.k) >= kW8A8AutoWgmmaMinSteps ? W8A8Backend::kWgmma
+                                                                                       : W8A8Backend::kCublasLt;
+  }
   ASSERT_EQ(used, expected);
   size_t wsb = 0;
   QDEC_ASSERT_OK(w8a8_gemm_workspace_bytes(p, &wsb));
@@ -179,6 +189,23 @@ std::vector<ChannelCase> channel_cases() {
   v.push_back({40, 64, 1024, W8A8Backend::kMma, 1000, false, GemmDType::kFP32});
   v.push_back({64, 4096, 4096, W8A8Backend::kMma, 0, true, GemmDType::kBF16});
   v.push_back({33, 1000, 14336, W8A8Backend::kMma, 0, false, GemmDType::kFP16});
+  // The wgmma backend (sm_90a; skips elsewhere): M, N and K tails of its 128 x 256 x 128 tiles, several stage
+  // rounds, every output dtype, bias on and off.
+  v.push_back({1, 96, 48, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16});
+  v.push_back({100, 301, 1040, W8A8Backend::kWgmma, 0, false, GemmDType::kFP16});
+  v.push_back({1024, 77, 1040, W8A8Backend::kWgmma, 0, true, GemmDType::kFP32});
+  v.push_back({300, 700, 4096, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16});
+  v.push_back({129, 257, 4112, W8A8Backend::kWgmma, 0, false, GemmDType::kFP32});
+  // Its split-K (partials through the workspace, the last split reduces): forced 3 and 1000 (clamped to the 9
+  // k-tiles), and the automatic count on a shape with few tiles (1024 x 1280 x 8192: 40 tiles).
+  v.push_back({300, 520, 4112, W8A8Backend::kWgmma, 3, true, GemmDType::kBF16});
+  v.push_back({130, 300, 1040, W8A8Backend::kWgmma, 1000, false, GemmDType::kFP16});
+  v.push_back({1024, 1280, 8192, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16});
+  // More units than SMs: the persistent CTAs take several tiles (and splits) each, the ring running on across them.
+  v.push_back({2048, 4352, 256, W8A8Backend::kWgmma, 0, true, GemmDType::kFP16});
+  v.push_back({1200, 2600, 1040, W8A8Backend::kWgmma, 2, false, GemmDType::kBF16});
+  // kAuto at the wgmma threshold (8 x 8 x 28 = kW8A8AutoWgmmaMinSteps tile steps): wgmma on sm_90a, cuBLASLt elsewhere.
+  v.push_back({1024, 2048, 3584, W8A8Backend::kAuto, 0, true, GemmDType::kBF16});
   return v;
 }
 
@@ -200,7 +227,7 @@ TEST(W8A8ChannelBackends, BitIdentical) {
   QDEC_CUDA_CHECK(cudaMemcpy(dsw.get(), w.scale.data(), n * 4, cudaMemcpyHostToDevice));
   QDEC_CUDA_CHECK(cudaMemcpy(db.get(), bias.data(), n * 4, cudaMemcpyHostToDevice));
   std::vector<std::vector<uint32_t>> outs;
-  for (W8A8Backend b : {W8A8Backend::kMma, W8A8Backend::kCublasLt}) {
+  for (W8A8Backend b : {W8A8Backend::kMma, W8A8Backend::kCublasLt, W8A8Backend::kWgmma}) {
     W8A8Params p;
     p.x = Int8ActivationsView{m, k, dxq.as<int8_t>(), 0, dsx.as<float>(), nullptr};
     p.w = Int8WeightView{n, k, dwq.as<int8_t>(), 0, dsw.as<float>()};
@@ -208,6 +235,7 @@ TEST(W8A8ChannelBackends, BitIdentical) {
     p.y_dtype = GemmDType::kFP32;
     p.y = dy.get();
     p.backend = b;
+    if (b == W8A8Backend::kWgmma && w8a8_plan(p, nullptr, nullptr).code() == StatusCode::kUnsupported) break;
     size_t wsb = 0;
     QDEC_ASSERT_OK(w8a8_gemm_workspace_bytes(p, &wsb));
     DeviceBuffer ws(wsb);
@@ -220,7 +248,9 @@ TEST(W8A8ChannelBackends, BitIdentical) {
     outs.emplace_back(size_t(m) * n);
     QDEC_CUDA_CHECK(cudaMemcpy(outs.back().data(), dy.get(), dy.bytes(), cudaMemcpyDeviceToHost));
   }
-  for (size_t i = 0; i < outs[0].size(); ++i) ASSERT_EQ(outs[0][i], outs[1][i]) << "element " << i;
+  for (size_t o = 1; o < outs.size(); ++o)
+    for (size_t i = 0; i < outs[0].size(); ++i)
+      ASSERT_EQ(outs[0][i], outs[o][i]) << "backend " << o << ", element " << i;
 }
 
 // ---- per K-block -------------------------------------------------------------------------------------------------

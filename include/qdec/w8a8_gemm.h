@@ -12,7 +12,12 @@
 //              bound (small M)
 //   kCublasLt  cuBLASLt int8 x int8 -> int32 into the workspace, then qdec's epilogue kernel (cuBLASLt has no
 //              int8 kernel with a 16-bit output or per-row x per-column scales on sm_90: measured, docs/int8_gemm.md)
-//   kAuto      kMma for M <= kW8A8AutoMmaMaxM, kCublasLt above (w8a8_plan says which)
+//   kWgmma     qdec's sm_90a kernel: persistent CTAs of 128 x 256 tiles, TMA into a 4-stage ring, wgmma.m64n256k32 s8
+//              from shared memory, int32 split-K through the workspace where tiles are few, epilogue fused from the
+//              accumulator registers; Unsupported (a Status, nothing launched) on other devices or builds without
+//              sm_90a
+//   kAuto      kMma for M <= kW8A8AutoMmaMaxM; above, kWgmma where it is supported and the problem has at least
+//              kW8A8AutoWgmmaMinSteps tile k-steps (w8a8_wgmma_steps), else kCublasLt (w8a8_plan says which)
 //
 // Per K-block (seed 003): both operands quantized per block of 32 / 64 / 128 along K with scale and offset;
 //   Y[m, n] = sum_blocks (sA sB C + sA oB SA + oA sB SB + L oA oB) (+ bias[n]), C the int32 block dot product and
@@ -28,11 +33,18 @@
 
 namespace qdec {
 
-enum class W8A8Backend : uint8_t { kAuto = 0, kMma, kCublasLt };
+enum class W8A8Backend : uint8_t { kAuto = 0, kMma, kCublasLt, kWgmma };
 const char* w8a8_backend_name(W8A8Backend b);
 
 // Largest M for which kAuto takes the kMma kernel (from the H200 measurements in docs/int8_gemm.md).
 inline constexpr int kW8A8AutoMmaMaxM = 16;
+// The wgmma kernel's work in 128 x 256 x 128 tile steps: ceil(M / 128) * ceil(N / 256) * ceil(K / 128). kAuto takes
+// kWgmma above kW8A8AutoMmaMaxM from kW8A8AutoWgmmaMinSteps on (H200: it lost to cuBLASLt + epilogue below, e.g.
+// 32 x 32 steps at 256 x 4096 x 4096, and won at 1792 and above; docs/int8_gemm.md).
+inline constexpr long long kW8A8AutoWgmmaMinSteps = 1792;
+inline long long w8a8_wgmma_steps(int m, int n, int k) {
+  return static_cast<long long>((m + 127) / 128) * ((n + 255) / 256) * ((k + 127) / 128);
+}
 // N and M limits of the kernels (grid dimensions, int32 indexing of the workspace).
 inline constexpr int kW8A8MaxM = 1 << 20;
 inline constexpr int kW8A8MaxN = 1 << 20;
@@ -54,7 +66,7 @@ struct W8A8Params {
   long long ldy = 0;       // >= N; 0 means N
   int32_t* acc = nullptr;  // optional [M, N] (ld N): also receives the int32 accumulators (tests, debugging)
   W8A8Backend backend = W8A8Backend::kAuto;
-  int num_splits = 0;  // kMma: 0 = automatic, >= 1 forces the split-K count
+  int num_splits = 0;  // kMma, kWgmma: 0 = automatic, >= 1 forces the split-K count
   // Device workspace of w8a8_gemm_workspace_bytes(), 256-byte aligned. Zero-fill it once after allocating it: the
   // kMma split-K accumulators and semaphores must start at zero; every call leaves them zero again.
   void* workspace = nullptr;
@@ -63,7 +75,7 @@ struct W8A8Params {
 
 // Bytes of workspace the call needs (depends on the backend that M selects, and the shapes).
 Status w8a8_gemm_workspace_bytes(const W8A8Params& p, size_t* bytes);
-// The backend kAuto resolves to, and the kMma split count (1 for cuBLASLt), after validation.
+// The backend kAuto resolves to, and the split count (kMma, kWgmma; 1 for cuBLASLt), after validation.
 Status w8a8_plan(const W8A8Params& p, W8A8Backend* backend, int* num_splits);
 // Validate, then launch on `stream`. On error nothing is launched.
 Status w8a8_gemm(const W8A8Params& p, cudaStream_t stream);

@@ -22,6 +22,7 @@
 
 #include "int8gemm/w8a8_common.cuh"
 #include "int8gemm/w8a8_cublaslt.h"
+#include "int8gemm/w8a8_wgmma.h"
 #include "qdec/int8_quant.h"
 #include "qdec/w8a8_gemm.h"
 #include "runtime/cuda_check.h"
@@ -36,6 +37,8 @@ const char* w8a8_backend_name(W8A8Backend b) {
       return "mma";
     case W8A8Backend::kCublasLt:
       return "cublaslt";
+    case W8A8Backend::kWgmma:
+      return "wgmma";
   }
   return "?";
 }
@@ -371,8 +374,9 @@ Status validate(const W8A8Params& p) {
   const long long ldy = p.ldy ? p.ldy : n;
   if (ldy < n) return invalid("ldy " + std::to_string(ldy) + " < N " + std::to_string(n));
   if (p.acc && !aligned(p.acc, 4)) return invalid("acc is not 4-byte aligned");
-  if (p.backend != W8A8Backend::kAuto && p.backend != W8A8Backend::kMma && p.backend != W8A8Backend::kCublasLt)
-    return invalid("backend " + std::to_string(int(p.backend)) + " is not auto, mma or cublaslt");
+  if (p.backend != W8A8Backend::kAuto && p.backend != W8A8Backend::kMma && p.backend != W8A8Backend::kCublasLt &&
+      p.backend != W8A8Backend::kWgmma)
+    return invalid("backend " + std::to_string(int(p.backend)) + " is not auto, mma, cublaslt or wgmma");
   if (p.num_splits < 0 || p.num_splits > 4096)
     return invalid("num_splits " + std::to_string(p.num_splits) + " is outside 0..4096");
   return Status::Ok();
@@ -404,6 +408,7 @@ struct Plan {
   int mt = 1, mslices = 1, ntiles = 1, splits = 1, chunks_per_split = 1;
   long long ldd = 0;  // cuBLASLt int32 sums
   size_t ws_bytes = 0;
+  WgmmaPlan wgmma;
 };
 
 size_t round256(size_t b) {
@@ -414,8 +419,18 @@ Status make_plan(const W8A8Params& p, Plan* pl) {
   QDEC_RETURN_IF_ERROR(validate(p));
   const int m = p.x.m, n = p.w.n, k = p.x.k;
   pl->backend = p.backend;
-  if (pl->backend == W8A8Backend::kAuto)
+  if (pl->backend == W8A8Backend::kAuto) {
     pl->backend = m <= kW8A8AutoMmaMaxM ? W8A8Backend::kMma : W8A8Backend::kCublasLt;
+    if (m > kW8A8AutoMmaMaxM && w8a8_wgmma_steps(m, n, k) >= kW8A8AutoWgmmaMinSteps && wgmma_supported().ok())
+      pl->backend = W8A8Backend::kWgmma;
+  }
+  if (pl->backend == W8A8Backend::kWgmma) {
+    QDEC_RETURN_IF_ERROR(wgmma_supported());
+    QDEC_RETURN_IF_ERROR(wgmma_plan(m, n, k, p.num_splits, &pl->wgmma));
+    pl->splits = pl->wgmma.splits;
+    pl->ws_bytes = pl->wgmma.ws_bytes;
+    return Status::Ok();
+  }
   if (pl->backend == W8A8Backend::kCublasLt) {
     pl->ldd = (n + 3) / 4 * 4;
     pl->ws_bytes = round256(size_t(m) * pl->ldd * 4) + kLtWorkspaceBytes;
@@ -463,7 +478,7 @@ Status w8a8_plan(const W8A8Params& p, W8A8Backend* backend, int* num_splits) {
   w8a8::Plan pl;
   QDEC_RETURN_IF_ERROR(w8a8::make_plan(p, &pl));
   if (backend) *backend = pl.backend;
-  if (num_splits) *num_splits = pl.backend == W8A8Backend::kMma ? pl.splits : 1;
+  if (num_splits) *num_splits = pl.backend == W8A8Backend::kMma || pl.backend == W8A8Backend::kWgmma ? pl.splits : 1;
   return Status::Ok();
 }
 
@@ -480,6 +495,10 @@ Status w8a8_gemm(const W8A8Params& p, cudaStream_t stream) {
   }
   const int m = p.x.m, n = p.w.n, k = p.x.k;
   const long long ldq = p.x.ldq ? p.x.ldq : k, ldw = p.w.ldw ? p.w.ldw : k, ldy = p.ldy ? p.ldy : n;
+  if (pl.backend == W8A8Backend::kWgmma) {
+    const WgmmaArgs wa{m, n, k, p.x.scale, p.w.scale, p.bias, p.y, ldy, int(p.y_dtype), p.acc};
+    return wgmma_launch(wa, pl.wgmma, p.x.q, ldq, p.w.q, ldw, p.workspace, stream);
+  }
   if (pl.backend == W8A8Backend::kCublasLt) {
     int32_t* d = static_cast<int32_t*>(p.workspace);
     const size_t d_bytes = round256(size_t(m) * pl.ldd * 4);

@@ -1,0 +1,430 @@
+// W8A8 per output channel on Hopper's warpgroup tensor cores (sm_90a): the kWgmma backend of qdec/w8a8_gemm.h.
+//
+//   Y[M, N] = (fp32(acc) * s_x[m]) * s_w[n] (+ bias[n]),  acc = Xq[M, K] . Wq[N, K]^T in int32 (channel_epilogue)
+//
+// CTA tile 128 (M) x 256 (N), K in steps of 128 bytes through a 4-stage shared-memory ring filled by TMA
+// (cp.async.bulk.tensor, 128-byte swizzle) and drained by wgmma.m64n256k32.s32.s8.s8 with both operands read from
+// shared memory (K-major, the layout X and W have in memory). 3 warpgroups: warpgroup 0's first thread issues the
+// copies (full / empty mbarrier pairs per stage), warpgroups 1 and 2 each own 64 rows of the tile (128 int32
+// accumulators per thread) and apply the epilogue from registers. Persistent: at most one CTA per SM walks the
+// (tile, split) units. K, M and N tails come from TMA's zero fill of out-of-bounds boxes; the epilogue stores only
+// rows < M and columns < N. Split-K (few tiles, long K) sums int32 partials through the workspace, exactly.
+//
+// Measured on the H200 and not kept (docs/int8_gemm.md): clusters of 2 CTAs sharing W by TMA multicast (1.4x
+// slower), 64-byte K steps with 8 stages (20% slower), one CTA per tile with the epilogue staged through shared
+// memory (slower at M >= 4096 and with split-K; equal on one wave).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "int8gemm/w8a8_common.cuh"
+#include "int8gemm/w8a8_wgmma.h"
+#include "runtime/cuda_check.h"
+
+namespace qdec::w8a8 {
+namespace {
+
+// K step kBK = 128 bytes: the row of a box is one 128-byte swizzle span. (64-byte steps with 8 stages, so that more
+// loads are in flight, measured 20% slower on the H200.)
+constexpr int kBM = 128, kBN = 256, kBK = 128, kStages = 4;
+constexpr int kABytes = kBM * kBK, kBBytes = kBN * kBK, kStageBytes = kABytes + kBBytes;
+constexpr int kThreadsWg = 384;
+constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment slack (the ring starts 1024-byte aligned)
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// A 2-D box of the tensor map at (c0 = K byte, c1 = row) into shared memory, completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+// Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): K-major rows of 128 bytes, 128-byte
+// swizzle; 8-row groups 1024 bytes apart (stride byte offset); leading byte offset unused for this layout (1).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
+  return (static_cast<uint64_t>((addr & 0x3FFFF) >> 4)) | (static_cast<uint64_t>(1) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+
+// d (64x256 int32 of this warpgroup) (+)= A (64x32 s8, K-major, smem) * B (256x32 s8, K-major, smem)^T.
+__device__ __forceinline__ void wgmma_m64n256k32_s8(uint32_t (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                                    int accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%"
+      "30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%"
+      "58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%"
+      "86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%"
+      "111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, %128, %129, p;\n"
+      "}\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]),
+        "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]),
+        "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]),
+        "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]),
+        "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]),
+        "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]),
+        "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]),
+        "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]), "+r"(d[64]),
+        "+r"(d[65]), "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71]), "+r"(d[72]),
+        "+r"(d[73]), "+r"(d[74]), "+r"(d[75]), "+r"(d[76]), "+r"(d[77]), "+r"(d[78]), "+r"(d[79]), "+r"(d[80]),
+        "+r"(d[81]), "+r"(d[82]), "+r"(d[83]), "+r"(d[84]), "+r"(d[85]), "+r"(d[86]), "+r"(d[87]), "+r"(d[88]),
+        "+r"(d[89]), "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95]), "+r"(d[96]),
+        "+r"(d[97]), "+r"(d[98]), "+r"(d[99]), "+r"(d[100]), "+r"(d[101]), "+r"(d[102]), "+r"(d[103]), "+r"(d[104]),
+        "+r"(d[105]), "+r"(d[106]), "+r"(d[107]), "+r"(d[108]), "+r"(d[109]), "+r"(d[110]), "+r"(d[111]), "+r"(d[112]),
+        "+r"(d[113]), "+r"(d[114]), "+r"(d[115]), "+r"(d[116]), "+r"(d[117]), "+r"(d[118]), "+r"(d[119]), "+r"(d[120]),
+        "+r"(d[121]), "+r"(d[122]), "+r"(d[123]), "+r"(d[124]), "+r"(d[125]), "+r"(d[126]), "+r"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// Named barrier 1: the two consumer warpgroups (256 threads; the producer warpgroup does not take part).
+__device__ __forceinline__ void consumers_bar() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
+// Output tile order: groups of kGroupM row blocks, row blocks fastest within a group, so that the CTAs working at
+// the same time share a few row blocks of X and a few column blocks of W in L2.
+constexpr int kGroupM = 8;
+__device__ __forceinline__ void raster(int tile, int tiles_m, int tiles_n, int* mb, int* nb) {
+  const int per_group = kGroupM * tiles_n;
+  const int group = tile / per_group, first_m = group * kGroupM;
+  const int gm = min(kGroupM, tiles_m - first_m), in = tile - group * per_group;
+  *mb = first_m + in % gm;
+  *nb = in / gm;
+}
+
+template <int kY>
+__device__ __forceinline__ void store2(void* y, size_t i, float v0, float v1) {
+  if constexpr (kY == 0) {
+    *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(y) + i) = __floats2bfloat162_rn(v0, v1);
+  } else if constexpr (kY == 1) {
+    *reinterpret_cast<__half2*>(static_cast<__half*>(y) + i) = __floats2half2_rn(v0, v1);
+  } else {
+    *reinterpret_cast<float2*>(static_cast<float*>(y) + i) = make_float2(v0, v1);
+  }
+}
+
+// Split-K partials: a (tile, split) unit's 256 consumer threads x 128 int32, stored as 32 int4 per thread,
+// chunk j of thread t at j * 256 + t (a warp's store is 512 contiguous bytes).
+constexpr int kPartialChunks = 32 * 256;
+
+// Persistent: the grid is at most one CTA per SM, each walking units (tile, split) with a stride of the grid; the
+// ring's stage and phase run on across units, so the producer loads the next unit while the consumers are in the
+// epilogue of the current one. The epilogue stores straight from the accumulator registers (no shared memory).
+template <int kY>
+__global__ void __launch_bounds__(kThreadsWg, 1)
+    w8a8_wgmma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                      const WgmmaArgs a) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  __shared__ __align__(8) uint64_t full_bar[kStages], empty_bar[kStages];
+  __shared__ int is_last;
+  __shared__ float sw_s[kBN], bias_s[kBN], sx_s[kBM];
+  uint8_t* ring = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t ring_s = smem_u32(ring);
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int units = a.tiles_m * a.tiles_n * a.splits;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(smem_u32(&full_bar[s]), 1);
+      mbar_init(smem_u32(&empty_bar[s]), 2);  // one arrival per consumer warpgroup
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // producer: one thread issues every copy
+    if (tid == 0) {
+      int g = 0;  // k-steps issued by this CTA so far (all units): stage g % kStages, round g / kStages
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        const int split = u % a.splits;
+        int mb, nb;
+        raster(u / a.splits, a.tiles_m, a.tiles_n, &mb, &nb);
+        const int kt0 = split * a.kt_per_split, nkt = min(a.nk, kt0 + a.kt_per_split) - kt0;  // >= 1 (host plan)
+        for (int i = 0; i < nkt; ++i, ++g) {
+          const int s = g % kStages, round = g / kStages;
+          if (round > 0) mbar_wait(smem_u32(&empty_bar[s]), (round - 1) & 1);
+          const uint32_t full = smem_u32(&full_bar[s]);
+          mbar_expect_tx(full, kStageBytes);
+          const uint32_t stage = ring_s + s * kStageBytes;
+          tma_load_2d(stage, &map_x, (kt0 + i) * kBK, mb * kBM, full);
+          tma_load_2d(stage + kABytes, &map_w, (kt0 + i) * kBK, nb * kBN, full);
+        }
+      }
+    }
+    return;
+  }
+
+  const int c = wg - 1;  // consumer: rows 64c .. 64c + 63 of the tile
+  const int t = tid - 128, lane = tid % 32, w = t % 128 / 32;
+  int g = 0;
+  uint32_t d[128];
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const int split = u % a.splits, tile = u / a.splits;
+    int mb, nb;
+    raster(tile, a.tiles_m, a.tiles_n, &mb, &nb);
+    const int kt0 = split * a.kt_per_split, nkt = min(a.nk, kt0 + a.kt_per_split) - kt0;
+    for (int i = 0; i < nkt; ++i, ++g) {
+      const int s = g % kStages;
+      mbar_wait(smem_u32(&full_bar[s]), (g / kStages) & 1);
+      const uint32_t stage = ring_s + s * kStageBytes;
+      const uint64_t da = sw128_desc(stage + c * 64 * kBK), db = sw128_desc(stage + kABytes);
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int kk = 0; kk < kBK / 32; ++kk)  // 32 bytes of K per instruction: +2 in the descriptor's address field
+        wgmma_m64n256k32_s8(d, da + 2 * kk, db + 2 * kk, i > 0 || kk > 0);  // the unit's first step overwrites d
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      // Keep this step's group in flight; the previous one is complete now, so its stage goes back to the producer.
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      if (i > 0 && t % 128 == 0) mbar_arrive(smem_u32(&empty_bar[(g - 1) % kStages]));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    if (t % 128 == 0) mbar_arrive(smem_u32(&empty_bar[(g - 1) % kStages]));  // the unit's last stage
+
+    // Split-K: every split stores its partial; the last split of the tile to arrive (a counter) adds the others'
+    // partials to its registers and applies the epilogue, then re-arms the counter.
+    if (a.splits > 1) {
+      int4* mine = a.partials + size_t(u) * kPartialChunks + t;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        __stcg(mine + j * 256, make_int4(int(d[4 * j]), int(d[4 * j + 1]), int(d[4 * j + 2]), int(d[4 * j + 3])));
+      __threadfence();
+      consumers_bar();
+      if (t == 0) is_last = atomicAdd(a.counters + tile, 1) == a.splits - 1;
+      consumers_bar();
+      const bool last = is_last;
+      consumers_bar();  // is_last is read by all before thread 0 may set it for the next unit
+      if (!last) continue;
+      __threadfence();
+      if (t == 0) a.counters[tile] = 0;
+      for (int s = 0; s < a.splits; ++s) {
+        if (s == split) continue;
+        const int4* other = a.partials + (size_t(tile) * a.splits + s) * kPartialChunks + t;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const int4 o = __ldcg(other + j * 256);
+          d[4 * j] += uint32_t(o.x);
+          d[4 * j + 1] += uint32_t(o.y);
+          d[4 * j + 2] += uint32_t(o.z);
+          d[4 * j + 3] += uint32_t(o.w);
+        }
+      }
+    }
+
+    // The tile's scales and bias go to shared memory first: read from global memory inside the store loop, every
+    // load would wait behind the stores before it (Y may alias them as far as the compiler knows).
+    const int m0 = mb * kBM, n0 = nb * kBN;
+    consumers_bar();  // every consumer is done with the previous unit's epilogue
+    sw_s[t] = n0 + t < a.n ? a.w_scale[n0 + t] : 0.0f;
+    bias_s[t] = a.bias && n0 + t < a.n ? a.bias[n0 + t] : 0.0f;
+    if (t < kBM) sx_s[t] = m0 + t < a.m ? a.x_scale[m0 + t] : 0.0f;
+    consumers_bar();
+
+    // Epilogue from registers. Warp w of the warpgroup holds rows 16w + lane / 4 (+ 8); register 4j + i holds
+    // column 8j + 2 (lane % 4) + (i & 1), the row + 8 for i >= 2 (PTX ISA, wgmma D fragment layout). Same
+    // arithmetic as channel_epilogue: (fp32(acc) * s_x) * s_w, then + bias, each rounded once.
+    const int rt0 = c * 64 + w * 16 + lane / 4, ct0 = 2 * (lane % 4);  // in the tile
+    const bool has_bias = a.bias != nullptr;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int rt = rt0 + 8 * half, row = m0 + rt;
+      if (row >= a.m) continue;
+      const float sx = sx_s[rt];
+      const size_t base = size_t(row) * size_t(a.ldy);
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int ct = ct0 + 8 * j, col = n0 + ct;
+        if (col >= a.n) break;
+        const int acc0 = int(d[4 * j + 2 * half]), acc1 = int(d[4 * j + 2 * half + 1]);
+        float v0 = __fmul_rn(__fmul_rn(__int2float_rn(acc0), sx), sw_s[ct]);
+        float v1 = __fmul_rn(__fmul_rn(__int2float_rn(acc1), sx), sw_s[ct + 1]);
+        if (has_bias) {
+          v0 = __fadd_rn(v0, bias_s[ct]);
+          v1 = __fadd_rn(v1, bias_s[ct + 1]);
+        }
+        if (a.vec_y && col + 1 < a.n) {
+          store2<kY>(a.y, base + col, v0, v1);
+        } else {
+          store_y(a.y, a.ldy, kY, row, col, v0);
+          if (col + 1 < a.n) store_y(a.y, a.ldy, kY, row, col + 1, v1);
+        }
+        if (a.acc) {
+          a.acc[size_t(row) * a.n + col] = acc0;
+          if (col + 1 < a.n) a.acc[size_t(row) * a.n + col + 1] = acc1;
+        }
+      }
+    }
+  }
+#endif
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+Status encode_tiled(EncodeTiled* out) {
+  static std::mutex mu;
+  static EncodeTiled fn = nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!fn) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    QDEC_CUDA_RETURN(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !p)
+      return Status(StatusCode::kUnsupported, "w8a8 wgmma: the driver has no cuTensorMapEncodeTiled");
+    fn = reinterpret_cast<EncodeTiled>(p);
+  }
+  *out = fn;
+  return Status::Ok();
+}
+
+// int8 [rows, K] with leading dimension ld (bytes), boxes of box_rows x 128 bytes, 128-byte swizzle, zero fill.
+Status make_map(EncodeTiled enc, CUtensorMap* map, const int8_t* base, int rows, int k, long long ld, int box_rows,
+                const char* what) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
+  const cuuint32_t box[2] = {kBK, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t estride[2] = {1, 1};
+  const CUresult r = enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<int8_t*>(base), dims, strides, box, estride,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Status(StatusCode::kCudaError, std::string("w8a8 wgmma: cuTensorMapEncodeTiled(") + what +
+                                              ") failed with CUresult " + std::to_string(int(r)));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status wgmma_supported() {
+  DeviceInfo dev;
+  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+  if (dev.cc_major != 9 || dev.cc_minor != 0)
+    return Status(StatusCode::kUnsupported, "w8a8 wgmma backend needs an sm_90 device (this one is sm_" +
+                                                std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) + ")");
+  // The binary version is a property of the library build: ask once.
+  static std::once_flag once;
+  static cudaError_t attr_err = cudaSuccess;
+  static int binary_version = 0;
+  std::call_once(once, [] {
+    cudaFuncAttributes attr{};
+    attr_err = cudaFuncGetAttributes(&attr, w8a8_wgmma_kernel<0>);
+    binary_version = attr.binaryVersion;
+  });
+  QDEC_CUDA_RETURN(attr_err);
+  if (binary_version != 90)
+    return Status(StatusCode::kUnsupported, "w8a8 wgmma backend: the library was built without sm_90a code (binary " +
+                                                std::to_string(binary_version) + ")");
+  return Status::Ok();
+}
+
+Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* pl) {
+  DeviceInfo dev;
+  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+  pl->tiles_m = (m + kBM - 1) / kBM;
+  pl->tiles_n = (n + kBN - 1) / kBN;
+  pl->nk = (k + kBK - 1) / kBK;
+  const long long tiles = static_cast<long long>(pl->tiles_m) * pl->tiles_n;
+  int splits = num_splits;
+  if (splits == 0) {
+    // Estimated time in k-steps (one 128 x 256 x 128 step, ~0.3 us on an H200): rounds of units over the SMs x
+    // (k-steps per split + ~4 for the epilogue and the first loads + ~12 per round for a split's partial: its
+    // 128 KiB store, the fence, and the last split's reads; measured, H200: splitting 192 tiles of K = 4096 in
+    // two ran 72 us against 59 us for cuBLASLt). Splits only while every one keeps >= 4 k-steps and the partials
+    // stay below 64 MiB.
+    splits = 1;
+    double best = 1e300;
+    for (int s = 1; s <= 4; ++s) {
+      const int kps = (pl->nk + s - 1) / s;
+      if (s > 1 && (kps < 4 || tiles * s * kPartialChunks * 16 > (64ll << 20))) break;
+      const long long rounds = (tiles * s + dev.sm_count - 1) / dev.sm_count;
+      const double cost = double(rounds) * (kps + 4 + (s > 1 ? 12 : 0));
+      if (cost < best) best = cost, splits = s;
+    }
+  }
+  splits = std::min(std::max(splits, 1), pl->nk);
+  pl->kt_per_split = (pl->nk + splits - 1) / splits;
+  pl->splits = (pl->nk + pl->kt_per_split - 1) / pl->kt_per_split;  // every split has >= 1 k-step
+  if (tiles * pl->splits > 0x7fffffffll)
+    return Status(StatusCode::kInvalidArgument, "w8a8 wgmma: " + std::to_string(tiles) + " tiles x " +
+                                                    std::to_string(pl->splits) + " splits exceed 2^31 units");
+  pl->grid = static_cast<int>(std::min<long long>(tiles * pl->splits, dev.sm_count));
+  pl->ws_bytes = 0;
+  if (pl->splits > 1) {
+    pl->counters_bytes = (size_t(tiles) * 4 + 255) / 256 * 256;
+    pl->ws_bytes = pl->counters_bytes + size_t(tiles) * pl->splits * kPartialChunks * 16;
+  }
+  return Status::Ok();
+}
+
+Status wgmma_launch(const WgmmaArgs& args, const WgmmaPlan& pl, const int8_t* xq, long long ldq, const int8_t* wq,
+                    long long ldw, void* workspace, cudaStream_t stream) {
+  QDEC_RETURN_IF_ERROR(wgmma_supported());
+  if (args.y_dtype < 0 || args.y_dtype > 2)
+    return Status(StatusCode::kInvalidArgument, "w8a8 wgmma: y dtype " + std::to_string(args.y_dtype));
+  EncodeTiled enc = nullptr;
+  QDEC_RETURN_IF_ERROR(encode_tiled(&enc));
+  CUtensorMap mx{}, mw{};
+  QDEC_RETURN_IF_ERROR(make_map(enc, &mx, xq, args.m, args.k, ldq, kBM, "x"));
+  QDEC_RETURN_IF_ERROR(make_map(enc, &mw, wq, args.n, args.k, ldw, kBN, "w"));
+  WgmmaArgs a = args;
+  a.tiles_m = pl.tiles_m;
+  a.tiles_n = pl.tiles_n;
+  a.nk = pl.nk;
+  a.splits = pl.splits;
+  a.kt_per_split = pl.kt_per_split;
+  a.counters = nullptr;
+  a.partials = nullptr;
+  if (pl.splits > 1) {
+    a.counters = static_cast<int*>(workspace);
+    a.partials = reinterpret_cast<int4*>(static_cast<char*>(workspace) + pl.counters_bytes);
+  }
+  const size_t esize = a.y_dtype == 2 ? 4 : 2;
+  a.vec_y = a.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(a.y) % (2 * esize) == 0;  // column pairs
+  using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const WgmmaArgs);
+  // Dispatch list: one instantiation per output dtype (GemmDType order: bf16, fp16, fp32).
+  static constexpr Kernel kernels[3] = {w8a8_wgmma_kernel<0>, w8a8_wgmma_kernel<1>, w8a8_wgmma_kernel<2>};
+  static std::once_flag once;
+  static cudaError_t attr_err = cudaSuccess;
+  std::call_once(once, [] {
+    for (Kernel f : kernels) {
+      const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+      if (e != cudaSuccess && attr_err == cudaSuccess) attr_err = e;
+    }
+  });
+  QDEC_CUDA_RETURN(attr_err);
+  kernels[a.y_dtype]<<<pl.grid, kThreadsWg, kSmemBytes, stream>>>(mx, mw, a);
+  return cuda_status(cudaGetLastError(), "w8a8 wgmma kernel launch");
+}
+
+}  // namespace qdec::w8a8

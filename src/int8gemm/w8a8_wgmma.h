@@ -1,0 +1,43 @@
+// The kWgmma backend of qdec/w8a8_gemm.h (src/int8gemm/w8a8_wgmma.cu): work in progress, see that file.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "qdec/status.h"
+
+namespace qdec::w8a8 {
+
+struct WgmmaArgs {
+  int m, n, k;
+  const float* x_scale;  // [M]
+  const float* w_scale;  // [N]
+  const float* bias;     // [N] or null
+  void* y;
+  long long ldy;
+  int y_dtype;   // GemmDType order
+  int32_t* acc;  // optional [M, N] int32 sums (ld N)
+  // Set by wgmma_launch from the plan:
+  int tiles_m = 0, tiles_n = 0, nk = 0, splits = 1, kt_per_split = 0;
+  int* counters = nullptr;   // [tiles] (splits > 1), zero between calls
+  int4* partials = nullptr;  // [tiles, splits, 32 x 256] int4 chunks of the int32 partial sums (splits > 1)
+  bool vec_y = false;        // Y takes column-pair vector stores
+};
+
+// Tiles of 128 x 256, K in steps of 128; the split-K count (num_splits 0: chosen from the device's SM count), the
+// persistent grid (<= one CTA per SM) and the workspace (tile counters + the partials; 0 bytes without split-K;
+// zero-filled once by the caller: the counters go back to zero after every call).
+struct WgmmaPlan {
+  int tiles_m = 0, tiles_n = 0, nk = 0, splits = 1, kt_per_split = 0, grid = 0;
+  size_t counters_bytes = 0, ws_bytes = 0;
+};
+Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* plan);
+
+// Unsupported (with the reason) unless the device is sm_90 and the library carries sm_90a code.
+Status wgmma_supported();
+// Xq [M, ldq] and Wq [N, ldw] int8, K-contiguous, 16-byte aligned, ld multiples of 16 (validated by the caller).
+Status wgmma_launch(const WgmmaArgs& a, const WgmmaPlan& plan, const int8_t* xq, long long ldq, const int8_t* wq,
+                    long long ldw, void* workspace, cudaStream_t stream);
+
+}  // namespace qdec::w8a8
