@@ -137,10 +137,15 @@ TEST_P(W8A8Channel, MatchesReference) {
   if (c.backend == W8A8Backend::kAuto) {  // the documented rule (qdec/w8a8_gemm.h)
     W8A8Params forced = p;
     forced.backend = W8A8Backend::kWgmma;
-    const bool wgmma_ok = w8a8_plan(forced, nullptr, nullptr).ok();
-    expected = c.m <= kW8A8AutoMmaMaxM                                                 ? W8A8Backend::kMma
-               : wgmma_ok && w8a8_wgmma_steps(c.m, c.n, c.k) >= kW8A8AutoWgmmaMinSteps ? W8A8Backend::kWgmma
-                                                                                       : W8A8Backend::kCublasLt;
+    int wg_splits = 0;
+    const bool wgmma_ok = w8a8_plan(forced, nullptr, &wg_splits).ok();
+    int dev = 0, sms = 0;
+    QDEC_CUDA_CHECK(cudaGetDevice(&dev));
+    QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const long long units = static_cast<long long>((c.m + 127) / 128) * ((c.n + 255) / 256) * wg_splits;
+    const bool take_wgmma = wgmma_ok && c.m <= kW8A8AutoWgmmaMaxM &&
+                            w8a8_wgmma_steps(c.m, c.n, c.k) >= kW8A8AutoWgmmaMinSteps && 2 * units >= sms;
+    expected = c.m <= kW8A8AutoMmaMaxM ? W8A8Backend::kMma : take_wgmma ? W8A8Backend::kWgmma : W8A8Backend::kCublasLt;
   }
   ASSERT_EQ(used, expected);
   size_t wsb = 0;
@@ -204,7 +209,8 @@ std::vector<ChannelCase> channel_cases() {
   // More units than SMs: the persistent CTAs take several tiles (and splits) each, the ring running on across them.
   v.push_back({2048, 4352, 256, W8A8Backend::kWgmma, 0, true, GemmDType::kFP16});
   v.push_back({1200, 2600, 1040, W8A8Backend::kWgmma, 2, false, GemmDType::kBF16});
-  // kAuto at the wgmma threshold (8 x 8 x 28 = kW8A8AutoWgmmaMinSteps tile steps): wgmma on sm_90a, cuBLASLt elsewhere.
+  // kAuto at the wgmma threshold (8 x 8 x 28 = kW8A8AutoWgmmaMinSteps tile steps, 64 tiles x 2 splits): wgmma on
+  // sm_90a, cuBLASLt elsewhere.
   v.push_back({1024, 2048, 3584, W8A8Backend::kAuto, 0, true, GemmDType::kBF16});
   return v;
 }

@@ -16,8 +16,9 @@
 //              from shared memory, int32 split-K through the workspace where tiles are few, epilogue fused from the
 //              accumulator registers; Unsupported (a Status, nothing launched) on other devices or builds without
 //              sm_90a
-//   kAuto      kMma for M <= kW8A8AutoMmaMaxM; above, kWgmma where it is supported and the problem has at least
-//              kW8A8AutoWgmmaMinSteps tile k-steps (w8a8_wgmma_steps), else kCublasLt (w8a8_plan says which)
+//   kAuto      kMma for M <= kW8A8AutoMmaMaxM; up to kW8A8AutoWgmmaMaxM, kWgmma where it is supported, the problem
+//              has at least kW8A8AutoWgmmaMinSteps tile k-steps (w8a8_wgmma_steps) and its (tile, split) units fill at
+//              least half the SMs; else kCublasLt (w8a8_plan says which)
 //
 // Per K-block (seed 003): both operands quantized per block of 32 / 64 / 128 along K with scale and offset;
 //   Y[m, n] = sum_blocks (sA sB C + sA oB SA + oA sB SB + L oA oB) (+ bias[n]), C the int32 block dot product and
@@ -38,10 +39,12 @@ const char* w8a8_backend_name(W8A8Backend b);
 
 // Largest M for which kAuto takes the kMma kernel (from the H200 measurements in docs/int8_gemm.md).
 inline constexpr int kW8A8AutoMmaMaxM = 16;
-// The wgmma kernel's work in 128 x 256 x 128 tile steps: ceil(M / 128) * ceil(N / 256) * ceil(K / 128). kAuto takes
-// kWgmma above kW8A8AutoMmaMaxM from kW8A8AutoWgmmaMinSteps on (H200: it lost to cuBLASLt + epilogue below, e.g.
-// 32 x 32 steps at 256 x 4096 x 4096, and won at 1792 and above; docs/int8_gemm.md).
+// The wgmma kernel's work in 128 x 256 x 128 tile steps: ceil(M / 128) * ceil(N / 256) * ceil(K / 128). The kAuto
+// bounds come from the H200 table in docs/int8_gemm.md: below 1792 steps (e.g. 256 x 4096 x 4096, 1024 steps),
+// with units for under half the SMs (64 x 4096 x 14336: 16 tiles x 4 splits), and at M = 4096 (5 of 7 shapes)
+// cuBLASLt + epilogue was as fast or faster. M = 2048 was not measured: the bound sits between the two.
 inline constexpr long long kW8A8AutoWgmmaMinSteps = 1792;
+inline constexpr int kW8A8AutoWgmmaMaxM = 2048;
 inline long long w8a8_wgmma_steps(int m, int n, int k) {
   return static_cast<long long>((m + 127) / 128) * ((n + 255) / 256) * ((k + 127) / 128);
 }

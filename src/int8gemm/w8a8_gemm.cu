@@ -421,8 +421,14 @@ Status make_plan(const W8A8Params& p, Plan* pl) {
   pl->backend = p.backend;
   if (pl->backend == W8A8Backend::kAuto) {
     pl->backend = m <= kW8A8AutoMmaMaxM ? W8A8Backend::kMma : W8A8Backend::kCublasLt;
-    if (m > kW8A8AutoMmaMaxM && w8a8_wgmma_steps(m, n, k) >= kW8A8AutoWgmmaMinSteps && wgmma_supported().ok())
-      pl->backend = W8A8Backend::kWgmma;
+    if (m > kW8A8AutoMmaMaxM && m <= kW8A8AutoWgmmaMaxM && w8a8_wgmma_steps(m, n, k) >= kW8A8AutoWgmmaMinSteps &&
+        wgmma_supported().ok()) {
+      DeviceInfo dev;
+      QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+      WgmmaPlan wp;
+      QDEC_RETURN_IF_ERROR(wgmma_plan(m, n, k, p.num_splits, &wp));
+      if (2ll * wp.tiles_m * wp.tiles_n * wp.splits >= dev.sm_count) pl->backend = W8A8Backend::kWgmma;
+    }
   }
   if (pl->backend == W8A8Backend::kWgmma) {
     QDEC_RETURN_IF_ERROR(wgmma_supported());
