@@ -140,7 +140,8 @@ constexpr int kPartialChunks = 32 * 256;
 
 // Persistent: the grid is at most one CTA per SM, each walking units (tile, split) with a stride of the grid; the
 // ring's stage and phase run on across units, so the producer loads the next unit while the consumers are in the
-// epilogue of the current one. The epilogue stores straight from the accumulator registers (no shared memory).
+// epilogue of the current one. The epilogue stores straight from the accumulator registers (only the tile's scales
+// and bias pass through shared memory).
 template <int kY>
 __global__ void __launch_bounds__(kThreadsWg, 1)
     w8a8_wgmma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
