@@ -10,9 +10,9 @@
 // (tile, split) units. K, M and N tails come from TMA's zero fill of out-of-bounds boxes; the epilogue stores only
 // rows < M and columns < N. Split-K (few tiles, long K) sums int32 partials through the workspace, exactly.
 //
-// Measured on the H200 and not kept (docs/int8_gemm.md): clusters of 2 CTAs sharing W by TMA multicast (1.4x
-// slower), 64-byte K steps with 8 stages (20% slower), one CTA per tile with the epilogue staged through shared
-// memory (slower at M >= 4096 and with split-K; equal on one wave).
+// Measured on the H200 and not kept (docs/int8_gemm.md): clusters of 2 CTAs sharing W by TMA multicast (no faster
+// with a plain remote arrive, 1.4x slower with arrive.release.cluster), 64-byte K steps with 8 stages (20% slower),
+// one CTA per tile with the epilogue staged through shared memory (slower at M >= 4096 and with split-K).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
