@@ -19,4 +19,6 @@ if(QDEC_BUILD_BENCH)
   target_compile_options(bench_int8 PRIVATE ${QDEC_HOST_WARNINGS})
   target_sources(qdec_cli PRIVATE tools/qdec/cmd_bench_int8.cpp)
   target_link_libraries(qdec_cli PRIVATE qdec_int8_bench_lib)
+  # The int8 wgmma issue-rate probe behind docs/int8_gemm.md's "kWgmma" (sm_90a; not built by default).
+  add_executable(wgmma_probe EXCLUDE_FROM_ALL bench/wgmma_probe.cu)
 endif()
