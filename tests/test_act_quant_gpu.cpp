@@ -72,13 +72,14 @@ struct RowCase {
   int ldx_pad, ldq_pad;  // extra elements
   bool unaligned;        // X starts one element past a 16-byte boundary
   bool special;
+  bool pdl = false;  // launched as programmatic dependents, three times back to back
 };
 
 std::string row_case_name(const ::testing::TestParamInfo<RowCase>& info) {
   const RowCase& c = info.param;
   return std::string(gemm_dtype_name(c.dtype)) + "_m" + std::to_string(c.m) + "_k" + std::to_string(c.k) + "_px" +
          std::to_string(c.ldx_pad) + "_pq" + std::to_string(c.ldq_pad) + (c.unaligned ? "_unaligned" : "") +
-         (c.special ? "_special" : "");
+         (c.special ? "_special" : "") + (c.pdl ? "_pdl" : "");
 }
 
 class ActQuantRows : public ::testing::TestWithParam<RowCase> {};
@@ -129,14 +130,18 @@ void run_rows(const RowCase& c, bool norm) {
   p.ldq = ldq;
   p.scale = ds.as<float>();
   p.row_sum = dsum.as<int32_t>();
-  if (norm) {
-    RmsNormQuantParams rp;
-    rp.out = p;
-    rp.weight = dw.get();
-    rp.eps = eps;
-    QDEC_ASSERT_OK(rmsnorm_quantize(rp, nullptr));
-  } else {
-    QDEC_ASSERT_OK(quantize_activations(p, nullptr));
+  p.pdl = c.pdl;
+  // With pdl, each launch is the previous one's programmatic dependent (it overwrites the same outputs).
+  for (int rep = 0; rep < (c.pdl ? 3 : 1); ++rep) {
+    if (norm) {
+      RmsNormQuantParams rp;
+      rp.out = p;
+      rp.weight = dw.get();
+      rp.eps = eps;
+      QDEC_ASSERT_OK(rmsnorm_quantize(rp, nullptr));
+    } else {
+      QDEC_ASSERT_OK(quantize_activations(p, nullptr));
+    }
   }
   QDEC_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<int8_t> q(size_t(c.m) * ldq);
@@ -194,7 +199,12 @@ INSTANTIATE_TEST_SUITE_P(
         RowCase{GemmDType::kBF16, 700, 14336, 0, 0, false, true},
         RowCase{GemmDType::kBF16, 3000, 64, 0, 0, false, false},
         RowCase{GemmDType::kFP16, 300, 12288, 0, 0, false, true},  // 256 threads x 7 vectors, fp16
-        RowCase{GemmDType::kBF16, 40, 16384, 0, 0, false, true}),  // 512 threads x 4 vectors
+        RowCase{GemmDType::kBF16, 40, 16384, 0, 0, false, true},   // 512 threads x 4 vectors
+        // ActQuantParams::pdl: the streaming kernels as programmatic dependents, and the row kernel ignoring it.
+        RowCase{GemmDType::kBF16, 2000, 4096, 0, 0, false, true, true},
+        RowCase{GemmDType::kFP16, 300, 12288, 0, 0, false, true, true},
+        RowCase{GemmDType::kBF16, 40, 16384, 0, 0, false, true, true},
+        RowCase{GemmDType::kBF16, 6, 1000, 0, 0, true, true, true}),
     row_case_name);
 
 // Rows whose float64 sum of squares is exact in every order (integers of a few bits times one power of two):

@@ -36,6 +36,12 @@ struct ActQuantParams {
   long long ldq = 0;                     // >= k and a multiple of 16; 0 means k (then k must be a multiple of 16)
   float* scale = nullptr;                // [m]
   int32_t* row_sum = nullptr;            // [m]; may be null
+  // Launch as a programmatic dependent (CUDA PDL): the CTAs start, and rmsnorm_quantize stages its weight, while
+  // the previous kernel of the stream is still finishing; X is read and the outputs written only after that
+  // kernel has completed. So the weight must not be written by the kernel launched just before. Only the
+  // streaming kernel (aligned rows, K a multiple of 8 and <= kActQuantRegisterMaxK) uses it; the one-CTA-per-row
+  // kernel launches as usual.
+  bool pdl = false;
 
   // The GEMMs' view of the output.
   Int8ActivationsView view() const { return Int8ActivationsView{m, k, q, ldq ? ldq : k, scale, row_sum}; }

@@ -152,6 +152,7 @@ struct RowArgs {
   float eps;
   int vec;       // 1: X rows and weight are 16-byte aligned (16-byte loads)
   double inv_k;  // RN(1 / k), for the streaming kernel's ms
+  int pdl = 0;   // streaming kernel launched as a programmatic dependent (ActQuantParams::pdl)
 };
 
 // One CTA per row. kVpt > 0: the row (and the normalized row) lives in kVpt 8-element vectors per thread;
@@ -405,10 +406,17 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_qua
       u[j] = vi < nvec ? __ldcs(reinterpret_cast<const uint4*>(xr + vi * 8)) : make_uint4(0, 0, 0, 0);
     }
   };
-  // The first row's loads go out before the weight staging, so its DRAM latency overlaps the weight's.
+  // The first row's loads go out before the weight staging, so its DRAM latency overlaps the weight's. Launched
+  // as a programmatic dependent, the CTA stages the weight while the previous kernel finishes instead, and reads X
+  // (and writes anything) only after griddepcontrol.wait; it lets its own dependents launch at once (they wait for
+  // this grid's completion before they read its outputs).
   uint4 nxt[kVpt];
   int row = blockIdx.x;
-  if (row < a.m) load_row(row, nxt);
+  if (a.pdl) {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  } else if (row < a.m) {
+    load_row(row, nxt);
+  }
 
   // The RMSNorm weight as fp32 in shared memory (dynamic, k * 4 bytes: elements 0..3 of vector vi at [vi], 4..7 at
   // [nvec + vi], so a warp's 16-byte reads are conflict-free), converted once per CTA. Each thread reads back only
@@ -429,6 +437,10 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_qua
       }
     }
     w_finite = __syncthreads_and(w_finite) != 0;
+  }
+  if (a.pdl) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    if (row < a.m) load_row(row, nxt);
   }
   // Thread 0 writes the code sum of the previous row once every warp has stored its part (after a barrier).
   auto finish_row_sum = [&](int prev_row, int parity) {
@@ -737,7 +749,17 @@ Status launch_stream(const RowArgs& a, cudaStream_t stream) {
   const int smem = kNorm ? a.k * 4 : 0;  // the fp32 weight
   unsigned grid = 0;
   QDEC_RETURN_IF_ERROR(stream_grid<kernel>(kThreads * kVpt * 8 * 4, kThreads, smem, a.m, &grid));
-  kernel<<<grid, kThreads, smem, stream>>>(a);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = a.pdl ? 1 : 0;
+  QDEC_CUDA_RETURN(cudaLaunchKernelEx(&cfg, kernel, a));
   return cuda_status(cudaGetLastError(), kNorm ? "rmsnorm_quantize launch" : "quantize_activations launch");
 }
 
@@ -791,6 +813,7 @@ Status quantize_activations(const ActQuantParams& p, cudaStream_t stream) {
   QDEC_RETURN_IF_ERROR(check_vec_out(what, "row_sum", p.row_sum, false));
   RowArgs a{p.m, p.k, p.x, ldx, p.q, ldq, p.scale, p.row_sum, nullptr, 0.0f, 0, 1.0 / p.k};
   a.vec = aligned(p.x, 16) && ldx % 8 == 0;
+  a.pdl = p.pdl ? 1 : 0;
   return launch_rows<false>(a, p.x_dtype, stream);
 }
 
@@ -809,6 +832,7 @@ Status rmsnorm_quantize(const RmsNormQuantParams& p, cudaStream_t stream) {
     return invalid(std::string(what) + ": eps " + std::to_string(p.eps) + " must be finite and >= 0");
   RowArgs a{o.m, o.k, o.x, ldx, o.q, ldq, o.scale, o.row_sum, p.weight, p.eps, 0, 1.0 / o.k};
   a.vec = aligned(o.x, 16) && ldx % 8 == 0 && aligned(p.weight, 16);
+  a.pdl = o.pdl ? 1 : 0;
   return launch_rows<true>(a, o.x_dtype, stream);
 }
 
