@@ -259,6 +259,40 @@ TEST(W8A8ChannelBackends, BitIdentical) {
       ASSERT_EQ(outs[0][i], outs[o][i]) << "backend " << o << ", element " << i;
 }
 
+// kWgmma is planned only on sm_90 (with sm_90a code in the library): elsewhere w8a8_plan returns a Status that
+// says why (no device, or the device's architecture) and w8a8_gemm launches nothing. Runs with or without a GPU.
+TEST(W8A8Wgmma, PlannedOnlyOnSm90) {
+  // Plausible aligned addresses: planning validates pointers but never dereferences them.
+  int8_t* const q = reinterpret_cast<int8_t*>(uintptr_t{1} << 20);
+  float* const f = reinterpret_cast<float*>(uintptr_t{1} << 21);
+  W8A8Params p;
+  p.x = Int8ActivationsView{256, 1024, q, 0, f, nullptr};
+  p.w = Int8WeightView{512, 1024, q, 0, f};
+  p.y_dtype = GemmDType::kBF16;
+  p.y = f;
+  p.backend = W8A8Backend::kWgmma;
+  W8A8Backend used = W8A8Backend::kAuto;
+  int splits = 0;
+  const Status st = w8a8_plan(p, &used, &splits);
+  if (!test::gpu_unavailable_reason().empty()) {
+    EXPECT_EQ(st.code(), StatusCode::kNoDevice) << st.to_string();
+    EXPECT_EQ(w8a8_gemm(p, nullptr).code(), StatusCode::kNoDevice);
+    return;
+  }
+  int dev = 0, major = 0, minor = 0;
+  QDEC_CUDA_CHECK(cudaGetDevice(&dev));
+  QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major == 9 && minor == 0) {
+    QDEC_ASSERT_OK(st);
+    EXPECT_EQ(used, W8A8Backend::kWgmma);
+    EXPECT_GE(splits, 1);
+  } else {
+    EXPECT_EQ(st.code(), StatusCode::kUnsupported) << st.to_string();
+    EXPECT_NE(st.to_string().find("sm_90"), std::string::npos) << st.to_string();
+  }
+}
+
 // ---- per K-block -------------------------------------------------------------------------------------------------
 
 struct BlockGemmCase {
