@@ -21,4 +21,5 @@ if(QDEC_BUILD_BENCH)
   target_link_libraries(qdec_cli PRIVATE qdec_int8_bench_lib)
   # The int8 wgmma issue-rate probe behind docs/int8_gemm.md's "kWgmma" (sm_90a; not built by default).
   add_executable(wgmma_probe EXCLUDE_FROM_ALL bench/wgmma_probe.cu)
+  target_include_directories(wgmma_probe PRIVATE src)
 endif()
