@@ -496,7 +496,7 @@ std::vector<Shape> make_shapes(const AttentionBenchOptions& opts) {
     std::vector<int> batches = opts.batch.empty() ? std::vector<int>{32, 64, 128, 256, 512} : opts.batch;
     for (int b : batches) {
       if (b < 1) throw BenchError(fmt::format("--batch: {} is not a positive batch size", b));
-      add("seed000", b, 8, 1, 128, 8192);
+      add("seed000", b, 8, 1, 128, opts.seq_len);
     }
   }
   if (want_long) {
@@ -1090,6 +1090,7 @@ std::string table_row(const std::string& shape, const std::string& format, const
 }
 
 int run(const AttentionBenchOptions& opts, std::ostream& out) {
+  if (opts.seq_len < 1) throw BenchError(fmt::format("--seq-len: {} must be >= 1", opts.seq_len));
   if (opts.iters < 1) throw BenchError(fmt::format("--iters: {} must be >= 1", opts.iters));
   if (opts.page_order != "shuffled" && opts.page_order != "sequential")
     throw BenchError(fmt::format("--page-order: '{}' is not shuffled or sequential", opts.page_order));

@@ -24,6 +24,7 @@ struct AttentionBenchOptions {
   std::string shapes = "all";
   // Batch sizes of the seed000 family; empty = 32,64,128,256,512.
   std::vector<int> batch;
+  int seq_len = 8192;  // T of the seed000 family (smaller T isolates the per-call fixed cost)
   int iters = 30;      // timed launches per case, each timed on its own
   int warmup = 5;      // untimed launches per case before the timed ones
   int num_splits = 0;  // 0 = the library's choice; >= 1 forces a split-K count
@@ -68,6 +69,7 @@ void add_attention_bench_options(App* app, AttentionBenchOptions* o) {
       ->capture_default_str();
   app->add_option("--batch", o->batch, "Batch sizes for seed000 (comma list; default 32,64,128,256,512)")
       ->delimiter(',');
+  app->add_option("--seq-len", o->seq_len, "T of the seed000 family")->capture_default_str();
   app->add_option("--iters", o->iters, "Timed iterations per case (median and min are reported)")
       ->capture_default_str();
   app->add_option("--warmup", o->warmup, "Untimed warm-up launches per case")->capture_default_str();

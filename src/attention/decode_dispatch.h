@@ -17,8 +17,6 @@ struct DecodeKernelInfo {
   int head_dim;
   const void* func[2];  // __global__ decode_attention_kernel<..., NH> for NH = 1 (group_size <= 8) and 2
   int smem_bytes;       // dynamic shared memory per CTA
-  // decode_attention_kernel<..., NH = 1, kSmallPages = true> for pages of 16 / 32 tokens, or null (then func[0]).
-  const void* func_small_pages = nullptr;
 };
 
 std::span<const DecodeKernelInfo> decode_kernels_16bit();
@@ -28,8 +26,7 @@ std::span<const DecodeKernelInfo> decode_kernels_int4();
 
 }  // namespace qdec::attention
 
-// Entry for decode_attention_kernel<Fmt<KK, KG>, Fmt<VK, VG>, D, NH> (NH = 1 and 2); _SMALL adds the
-// small-page variant (K and V of one geometry only).
+// Entry for decode_attention_kernel<Fmt<KK, KG>, Fmt<VK, VG>, D, NH> (NH = 1 and 2).
 #define QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, NH)                                                 \
   reinterpret_cast<const void*>(                                                                  \
       &::qdec::attention::decode_attention_kernel<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>, \
@@ -40,14 +37,4 @@ std::span<const DecodeKernelInfo> decode_kernels_int4();
         {QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 1), QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 2)},    \
         ::qdec::attention::DecodeSmem<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>,            \
                                       ::qdec::attention::Fmt<::qdec::KvKind::VK, VG>, D>::kBytes \
-  }
-#define QDEC_DECODE_ENTRY_SMALL(KK, KG, VK, VG, D)                                                                   \
-  ::qdec::attention::DecodeKernelInfo {                                                                              \
-    ::qdec::KvKind::KK, KG, ::qdec::KvKind::VK, VG, D,                                                               \
-        {QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 1), QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 2)},                        \
-        ::qdec::attention::DecodeSmem<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>,                                \
-                                      ::qdec::attention::Fmt<::qdec::KvKind::VK, VG>, D>::kBytes,                    \
-        reinterpret_cast<const void*>(                                                                               \
-            &::qdec::attention::decode_attention_kernel<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>,              \
-                                                        ::qdec::attention::Fmt<::qdec::KvKind::VK, VG>, D, 1, true>) \
   }

@@ -7,14 +7,11 @@ namespace qdec::attention {
 
 std::span<const DecodeKernelInfo> decode_kernels_int4() {
   static const DecodeKernelInfo kList[] = {
-      // The int4 pairs of one geometry at head_dim 128 also carry the small-page kernel (group_size <= 8): with
-      // the general kernel's per-copy lookups, 16-token pages cost even a contiguous int4 cache ~20% against
-      // 64-token pages (docs/attention.md v19).
-      QDEC_DECODE_ENTRY(kINT4, 1, kINT4, 1, 64),        QDEC_DECODE_ENTRY(kINT4, 2, kINT4, 2, 64),
-      QDEC_DECODE_ENTRY(kINT4, 4, kINT4, 4, 64),        QDEC_DECODE_ENTRY_SMALL(kINT4, 1, kINT4, 1, 128),
-      QDEC_DECODE_ENTRY_SMALL(kINT4, 2, kINT4, 2, 128), QDEC_DECODE_ENTRY_SMALL(kINT4, 4, kINT4, 4, 128),
-      QDEC_DECODE_ENTRY_SMALL(kINT4, 8, kINT4, 8, 128), QDEC_DECODE_ENTRY(kINT8, 1, kINT4, 1, 64),
-      QDEC_DECODE_ENTRY(kINT8, 2, kINT4, 4, 64),        QDEC_DECODE_ENTRY(kINT8, 1, kINT4, 1, 128),
+      QDEC_DECODE_ENTRY(kINT4, 1, kINT4, 1, 64),  QDEC_DECODE_ENTRY(kINT4, 2, kINT4, 2, 64),
+      QDEC_DECODE_ENTRY(kINT4, 4, kINT4, 4, 64),  QDEC_DECODE_ENTRY(kINT4, 1, kINT4, 1, 128),
+      QDEC_DECODE_ENTRY(kINT4, 2, kINT4, 2, 128), QDEC_DECODE_ENTRY(kINT4, 4, kINT4, 4, 128),
+      QDEC_DECODE_ENTRY(kINT4, 8, kINT4, 8, 128), QDEC_DECODE_ENTRY(kINT8, 1, kINT4, 1, 64),
+      QDEC_DECODE_ENTRY(kINT8, 2, kINT4, 4, 64),  QDEC_DECODE_ENTRY(kINT8, 1, kINT4, 1, 128),
       QDEC_DECODE_ENTRY(kINT8, 4, kINT4, 4, 128),
   };
   return kList;

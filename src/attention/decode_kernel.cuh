@@ -227,161 +227,90 @@ struct DecodeSmem {
   static constexpr int kOffVMeta = kOffKMeta + kWarps * KG::kMetaBytes;
 };
 
-// Copy the 64 tokens starting at `tok0` (a multiple of 64) of (sequence b, kv head) into a pipeline stage:
-// values as [block16][fragment-ordered bytes], scales as [group][64 tokens]. With page_size >= 64 the
-// stage is one contiguous run of values and one run of 64 entries per group inside a single tile (the
-// whole stage is copied even past `end`: it is inside the allocated page, and compute masks it); with
-// smaller pages each block16 is looked up on its own and block16s at or past `end` are skipped.
-// The per-chunk work is an add and a cp.async: address arithmetic is hoisted out of the chunk loops.
-template <class F, int D>
-__device__ __forceinline__ void load_stage_one(const DecodeKernelParams& p, const uint8_t* head_base,
-                                               long long page_stride, uint8_t* s_data, uint8_t* s_meta,
-                                               long long row_off, int tok0, int end) {
-  using G = BlockGeom<F, D>;
-  constexpr int kDataChunks = kWarps * G::kDataBytes / 16;  // a multiple of kThreads
-  static_assert(kDataChunks % kThreads == 0, "stage values must split evenly over the threads");
-  constexpr int kGroupChunks = kStageTokens * F::kMetaEntry / 16;  // one group's 64 entries
-  const int psl = p.page_size_log2;
-  const int page_mask = (1 << psl) - 1;
-  // head_base: this KV head's tile in page 0; row_off: the sequence's first block-table entry.
-  auto tile_ptr = [&](int t) {
-    const int lp = t >> psl;
-    const long long page = p.block_table ? (long long)__ldg(p.block_table + row_off + lp) : row_off + lp;
-    return head_base + (long long)page * page_stride;
-  };
-  const int tid = threadIdx.x;
-  if (psl >= 6) {
-    const uint8_t* tile = tile_ptr(tok0);
-    const int in_tile = tok0 & page_mask;
-    const uint8_t* src = tile + (size_t)in_tile * (G::kDataBytes / kBlockTokens) + tid * 16;
-#pragma unroll
-    for (int i = 0; i < kDataChunks / kThreads; ++i)
-      cp_async16(s_data + (tid + i * kThreads) * 16, src + i * kThreads * 16);
-    if constexpr (F::kQuant) {
-      if (tid < F::kGroups * kGroupChunks) {
-        const int g = tid / kGroupChunks, c = tid % kGroupChunks;
-        const uint8_t* msrc = tile + ((size_t)G::kDataBytes / kBlockTokens << psl) +
-                              ((size_t)(g << psl) + in_tile) * F::kMetaEntry + c * 16;
-        cp_async16(s_meta + tid * 16, msrc);
-      }
-    }
-  } else {
-    // Pages of 16 or 32 tokens: every block16 is looked up on its own. All of this thread's lookups are
-    // issued before any copy (their token clamped into the sequence, so each load is in bounds and
-    // unconditional), so the block-table latency is paid once per stage, not once per copy.
-    constexpr int kBlkChunks = G::kDataBytes / 16;
-    constexpr int kN = kDataChunks / kThreads;
-    const uint8_t* tiles[kN];
-#pragma unroll
-    for (int i = 0; i < kN; ++i)
-      tiles[i] = tile_ptr(min(tok0 + ((tid + i * kThreads) / kBlkChunks) * kBlockTokens, end - 1));
-    constexpr int kBlkGroupChunks = kBlockTokens * F::kMetaEntry / 16;  // 16 entries of one group
-    int mblk = 0;
-    const uint8_t* mtile = nullptr;
-    if constexpr (F::kQuant) {
-      mblk = tid / (F::kGroups * kBlkGroupChunks);
-      mtile = tile_ptr(min(tok0 + min(mblk, kWarps - 1) * kBlockTokens, end - 1));
-    }
-#pragma unroll
-    for (int i = 0; i < kN; ++i) {
-      const int c = tid + i * kThreads;
-      const int blk = c / kBlkChunks;  // compile-time power of two
-      const int t = tok0 + blk * kBlockTokens;
-      if (t < end) {
-        const uint8_t* src = tiles[i] + (size_t)((t & page_mask) >> 4) * G::kDataBytes + (c % kBlkChunks) * 16;
-        cp_async16(s_data + c * 16, src);
-      }
-    }
-    if constexpr (F::kQuant) {
-      if (tid < kWarps * F::kGroups * kBlkGroupChunks) {
-        const int r = tid % (F::kGroups * kBlkGroupChunks);
-        const int g = r / kBlkGroupChunks, c = r % kBlkGroupChunks;
-        const int t = tok0 + mblk * kBlockTokens;
-        if (t < end) {
-          const uint8_t* msrc = mtile + ((size_t)G::kDataBytes / kBlockTokens << psl) +
-                                ((size_t)(g << psl) + (t & page_mask)) * F::kMetaEntry + c * 16;
-          cp_async16(s_meta + ((g * kStageTokens + mblk * kBlockTokens) * F::kMetaEntry) + c * 16, msrc);
-        }
-      }
+// Per-warp block-table cursor: the lanes of a warp hold 32 consecutive entries of the sequence's row (and the
+// next 32, loaded one refill ahead), so a block16's page is one shuffle; a warp's block16s advance by at most
+// 4 pages per iteration (16-token pages), so one refill per 8..32 iterations. Contiguous caches: page = row + lp.
+struct PageCursor {
+  const int32_t* row = nullptr;  // this sequence's block-table row, or nullptr (contiguous)
+  long long row_off = 0;
+  int max_pages = 0;
+  int base = 0;  // first logical page held in `cur`
+  int cur = 0, nxt = 0;
+
+  __device__ __forceinline__ int load(int lp, int lane) const {
+    const int i = lp + lane;
+    return i < max_pages ? __ldg(row + i) : 0;
+  }
+  __device__ __forceinline__ void init(const DecodeKernelParams& p, long long off, int lp0, int lane) {
+    row_off = off;
+    max_pages = p.max_pages_per_seq;
+    if (p.block_table) {
+      row = p.block_table + off;
+      base = lp0;
+      cur = load(base, lane);
+      nxt = load(base + 32, lane);
     }
   }
-}
+  // Page of logical page lp (non-decreasing across calls, warp-uniform).
+  __device__ __forceinline__ long long page(int lp, int lane) {
+    if (!row) return row_off + lp;
+    if (lp >= base + 32) {  // warp-uniform; lp < base + 64 (steps of <= 4 pages)
+      cur = nxt;
+      base += 32;
+      nxt = load(base + 32, lane);
+    }
+    return __shfl_sync(0xffffffffu, cur, lp - base);
+  }
+};
 
-// Pages of 16 or 32 tokens with K and V of one geometry (the kSmallPages kernels): the copies of K and V follow
-// the same chunk -> block16 map, so each of this thread's block16s is looked up once for both (half the
-// block-table loads, clamps and index arithmetic of two load_stage_one calls), with the index arithmetic
-// specialized for small pages. Kept out of the general kernel, whose shared code paid for the extra live
-// registers on contiguous caches (docs/attention.md, v16).
+// One block16 (16 tokens at `in_tile` of the page) of K and V copied by one warp into its slot of a pipeline
+// stage: values (fragment order, kDataBytes each) and the 16 tokens' meta entries of every scale group
+// (stage layout [group][64 tokens]). Each lane issues 16-byte cp.async; the addresses are one page base plus
+// compile-time offsets, so a block16 costs ~2 instructions per copy.
 template <class KF, class VF, int D>
-__device__ __forceinline__ void load_stage_small(const DecodeKernelParams& p, uint8_t* stage, const uint8_t* k_head,
-                                                 const uint8_t* v_head, long long row_off, int tok0, int end) {
+__device__ __forceinline__ void load_block16(const DecodeKernelParams& p, uint8_t* stage, const uint8_t* k_tile,
+                                             const uint8_t* v_tile, int in_tile, int warp, int lane) {
   using S = DecodeSmem<KF, VF, D>;
-  using G = BlockGeom<KF, D>;
-  static_assert(G::kDataBytes == BlockGeom<VF, D>::kDataBytes && KF::kGroups == VF::kGroups &&
-                    KF::kMetaEntry == VF::kMetaEntry && KF::kQuant == VF::kQuant,
-                "load_stage_small needs K and V of one geometry");
-  constexpr int kDataChunks = kWarps * G::kDataBytes / 16;
-  constexpr int kBlkChunks = G::kDataBytes / 16;
-  constexpr int kN = kDataChunks / kThreads;
+  using KG = BlockGeom<KF, D>;
+  using VG = BlockGeom<VF, D>;
+  static_assert(KG::kDataBytes % 512 == 0 && VG::kDataBytes % 512 == 0, "a block16 must split over 32 lanes");
   const int psl = p.page_size_log2;
-  const int page_mask = (1 << psl) - 1;
-  const int tid = threadIdx.x;
-  auto page_of = [&](int t) -> long long {
-    const int lp = t >> psl;
-    return p.block_table ? (long long)__ldg(p.block_table + row_off + lp) : row_off + lp;
-  };
-  // All lookups first (tokens clamped into the sequence: every load in bounds and unconditional).
-  long long pg[kN];
+  {
+    const uint8_t* src = k_tile + (size_t)in_tile * (KG::kDataBytes / kBlockTokens) + lane * 16;
+    uint8_t* dst = stage + warp * KG::kDataBytes + lane * 16;
 #pragma unroll
-  for (int i = 0; i < kN; ++i) pg[i] = page_of(min(tok0 + ((tid + i * kThreads) / kBlkChunks) * kBlockTokens, end - 1));
-  constexpr int kBlkGroupChunks = kBlockTokens * KF::kMetaEntry / 16;  // 16 entries of one group
-  int mblk = 0;
-  long long mpg = 0;
-  if constexpr (KF::kQuant) {
-    mblk = tid / (KF::kGroups * kBlkGroupChunks);
-    mpg = page_of(min(tok0 + min(mblk, kWarps - 1) * kBlockTokens, end - 1));
+    for (int i = 0; i < KG::kDataBytes / 512; ++i) cp_async16(dst + i * 512, src + i * 512);
   }
+  {
+    const uint8_t* src = v_tile + (size_t)in_tile * (VG::kDataBytes / kBlockTokens) + lane * 16;
+    uint8_t* dst = stage + S::kOffVData + warp * VG::kDataBytes + lane * 16;
 #pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    const int c = tid + i * kThreads;
-    const int t = tok0 + (c / kBlkChunks) * kBlockTokens;
-    if (t < end) {
-      const size_t off = (size_t)((t & page_mask) >> 4) * G::kDataBytes + (c % kBlkChunks) * 16;
-      cp_async16(stage + c * 16, k_head + pg[i] * p.k_page_stride + off);
-      cp_async16(stage + S::kOffVData + c * 16, v_head + pg[i] * p.v_page_stride + off);
-    }
+    for (int i = 0; i < VG::kDataBytes / 512; ++i) cp_async16(dst + i * 512, src + i * 512);
   }
-  if constexpr (KF::kQuant) {
-    if (tid < kWarps * KF::kGroups * kBlkGroupChunks) {
-      const int r = tid % (KF::kGroups * kBlkGroupChunks);
-      const int g = r / kBlkGroupChunks, c = r % kBlkGroupChunks;
-      const int t = tok0 + mblk * kBlockTokens;
-      if (t < end) {
-        const size_t off = ((size_t)G::kDataBytes / kBlockTokens << psl) +
-                           ((size_t)(g << psl) + (t & page_mask)) * KF::kMetaEntry + c * 16;
-        const int dst = (g * kStageTokens + mblk * kBlockTokens) * KF::kMetaEntry + c * 16;
-        cp_async16(stage + S::kOffKMeta + dst, k_head + mpg * p.k_page_stride + off);
-        cp_async16(stage + S::kOffVMeta + dst, v_head + mpg * p.v_page_stride + off);
-      }
+  // Meta: one group's 16 entries are kMetaEntry 16-byte chunks; lanes [0, KMC) copy K's, the next VMC V's.
+  // One select-based path for both (no divergent K / V branches).
+  constexpr int KMC = KF::kQuant ? KF::kGroups * KF::kMetaEntry : 0;
+  constexpr int VMC = VF::kQuant ? VF::kGroups * VF::kMetaEntry : 0;
+  constexpr int KE = KF::kMetaEntry > 0 ? KF::kMetaEntry : 1, VE = VF::kMetaEntry > 0 ? VF::kMetaEntry : 1;
+#pragma unroll
+  for (int c0 = 0; c0 < KMC + VMC; c0 += 32) {
+    const int c = c0 + lane;
+    if (c < KMC + VMC) {
+      const bool is_k = c < KMC;
+      const int cv = is_k ? c : c - KMC;
+      const int entry = is_k ? KE : VE;
+      const int gg = is_k ? cv / KE : cv / VE;
+      const int cc = cv - gg * entry;
+      const uint8_t* tile = is_k ? k_tile + ((size_t)KG::kDataBytes / kBlockTokens << psl)
+                                 : v_tile + ((size_t)VG::kDataBytes / kBlockTokens << psl);
+      const int dst = (is_k ? S::kOffKMeta : S::kOffVMeta) + (gg * kStageTokens + warp * kBlockTokens) * entry;
+      cp_async16(stage + dst + cc * 16, tile + ((gg << psl) + in_tile) * entry + cc * 16);
     }
   }
 }
 
-template <class KF, class VF, int D, bool kSmallPages>
-__device__ __forceinline__ void load_stage(const DecodeKernelParams& p, uint8_t* stage, const uint8_t* k_head,
-                                           const uint8_t* v_head, long long row_off, int tok0, int end) {
-  using S = DecodeSmem<KF, VF, D>;
-  if constexpr (kSmallPages) {
-    load_stage_small<KF, VF, D>(p, stage, k_head, v_head, row_off, tok0, end);
-  } else {
-    load_stage_one<KF, D>(p, k_head, p.k_page_stride, stage, stage + S::kOffKMeta, row_off, tok0, end);
-    load_stage_one<VF, D>(p, v_head, p.v_page_stride, stage + S::kOffVData, stage + S::kOffVMeta, row_off, tok0, end);
-  }
-}
-
-// NH: n-tiles of 8 query heads (1 for group_size <= 8, 2 for 9..16). kSmallPages: only for pages of 16 or 32
-// tokens with K and V of one geometry (load_stage_small); the launcher picks it where it is compiled.
-template <class KF, class VF, int D, int NH, bool kSmallPages = false>
+// NH: n-tiles of 8 query heads (1 for group_size <= 8, 2 for 9..16).
+template <class KF, class VF, int D, int NH>
 __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     decode_attention_kernel(const __grid_constant__ DecodeKernelParams p) {
   using S = DecodeSmem<KF, VF, D>;
@@ -454,17 +383,32 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   const long long row_off = (long long)b * p.max_pages_per_seq;
   const uint8_t* k_head = p.k_cache + (long long)kvh * p.k_tile_bytes;
   const uint8_t* v_head = p.v_cache + (long long)kvh * p.v_tile_bytes;
+  // Each warp copies and consumes only its own block16 of every stage (its own cp.async groups, __syncwarp):
+  // no block barrier in the loop, and a block16 costs one page lookup (a shuffle) and a page base.
+  PageCursor pages;
+  pages.init(p, row_off, (start + warp * kBlockTokens) >> p.page_size_log2, lane);
+  const int page_mask = (1 << p.page_size_log2) - 1;
+  auto load_iter = [&](int iter, uint8_t* stage) {
+    const int t = start + iter * kStageTokens + warp * kBlockTokens;
+    if (t < end) {  // a block16 wholly past the end is not read (a partial one lies inside its page)
+      const long long pg = pages.page(t >> p.page_size_log2, lane);
+      load_block16<KF, VF, D>(p, stage, k_head + pg * p.k_page_stride, v_head + pg * p.v_page_stride, t & page_mask,
+                              warp, lane);
+    }
+  };
 #pragma unroll
   for (int st = 0; st < S::kStages - 1; ++st) {
     if (st < n_iter) {
       wait_if_tail(st);
-      load_stage<KF, VF, D, kSmallPages>(p, smem + st * S::kStageBytes, k_head, v_head, row_off,
-                                         start + st * kStageTokens, end);
+      load_iter(st, smem + st * S::kStageBytes);
     }
     cp_async_commit();
   }
 
   // ---- Q: rows (heads) >= group_size are zero; quantized caches compute in fp16 with Q scaled by 2^e.
+  // Thread values: vector i is row idx / kQVecPerRow, dims 8 * (idx % kQVecPerRow) .. +7 (idx = tid + i * kThreads),
+  // kept in registers for the set-up reductions and staged as float in q_s for the B fragments.
+  float qf[kQVecs][8];
 #pragma unroll
   for (int i = 0; i < kQVecs; ++i) {
     const int idx = tid + i * kThreads;
@@ -476,17 +420,20 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
         f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
       else
         f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[k]));
-      q_s[idx * 8 + 2 * k] = f.x;
-      q_s[idx * 8 + 2 * k + 1] = f.y;
+      qf[i][2 * k] = f.x;
+      qf[i][2 * k + 1] = f.y;
     }
+#pragma unroll
+    for (int k = 0; k < 8; k += 4)
+      *reinterpret_cast<float4*>(q_s + idx * 8 + k) = make_float4(qf[i][k], qf[i][k + 1], qf[i][k + 2], qf[i][k + 3]);
   }
   float q_factor = 1.f;
   if constexpr (kQuantK) {
-    float amax = 0.f;  // over this thread's own values (no barrier needed yet)
+    float amax = 0.f;  // over this thread's own values, then the warp, then the CTA
 #pragma unroll
     for (int i = 0; i < kQVecs; ++i)
 #pragma unroll
-      for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(q_s[(tid + i * kThreads) * 8 + k]));
+      for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(qf[i][k]));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     if (lane == 0) red_s[warp] = amax;
@@ -497,17 +444,21 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
       frexpf(amax, &ex);  // amax < 2^ex
       q_factor = ldexpf(1.f, max(-126, min(126, 14 - ex)));
     }
-    // Per-group sums of the fp16 Q (exactly what the MMA sees), for the folded bias terms. Each thread
-    // sums 16 consecutive values of one row (inside one group: groups are >= 16 wide).
+    // Per-group sums of the fp16 Q (exactly what the MMA sees), for the folded bias terms. A thread's 8 values
+    // lie in one group (groups are >= 16 dims wide), and the kGW / 8 lanes holding one group of one row are
+    // adjacent and aligned: shuffles reduce them (no shared-memory atomics, no zeroing barrier).
     constexpr int kGW = D / KF::kGroups;
-    if (tid < 16 * KF::kGroups) qsum_s[tid] = 0.f;
-    __syncthreads();
-    if (tid < D) {  // 16 rows x D values = D runs of 16
-      const int r = (16 * tid) / D, d0 = (16 * tid) % D;
+    constexpr int kLanesPerGroup = kGW / 8;
+    static_assert(kLanesPerGroup >= 1 && kLanesPerGroup <= kQVecPerRow && kQVecPerRow <= 32, "Q lane map");
+#pragma unroll
+    for (int i = 0; i < kQVecs; ++i) {
+      const int idx = tid + i * kThreads, r = idx / kQVecPerRow, c = idx % kQVecPerRow;
       float acc = 0.f;
 #pragma unroll
-      for (int d = 0; d < 16; ++d) acc += __half2float(__float2half_rn(q_s[r * D + d0 + d] * q_factor));
-      atomicAdd(&qsum_s[(d0 / kGW) * 16 + r], acc);
+      for (int k = 0; k < 8; ++k) acc += __half2float(__float2half_rn(qf[i][k] * q_factor));
+#pragma unroll
+      for (int o = 1; o < kLanesPerGroup; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (c % kLanesPerGroup == 0) qsum_s[(c / kLanesPerGroup) * 16 + r] = acc;
     }
   }
   __syncthreads();
@@ -527,6 +478,8 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
       }
     }
   const float score_scale = p.sm_scale_log2 / q_factor;  // log2-domain softmax scale on S
+  // Q sits in the last pipeline buffer: every warp has its fragments before any warp copies into it.
+  if constexpr (S::kQInPipe) __syncthreads();
 
   // O^T accumulators: o_acc[mt][nh] = (dims 16mt + g / g+8) x (heads 8nh + 2tig, +1).
   float o_acc[NF][NH][4];
@@ -589,15 +542,26 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
       if constexpr (kQuantK) {
         float ks[2], kz[2];
         load_meta2<KF>(k_meta + gg * kStageTokens * KF::kMetaEntry, g, ks, kz);
-        ks[1] *= 1.f / KF::kOddRowScale;  // token g+8 came in as 16q (int4)
+        // Code scale on the accumulator (token g+8 came in as 16q for int4: one constant per row), and the
+        // bias (shift, minus the int8 magic) on sum(Q); the first group assigns (no add of zero).
+        const float sc[2] = {ks[0] * KF::kCodeScale, ks[1] * (KF::kCodeScale / KF::kOddRowScale)};
+        float bias[2];
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          if constexpr (KF::kMagic != 0.f)
+            bias[t] = kz[t] - KF::kMagic * ks[t];
+          else
+            bias[t] = kz[t];
+        }
 #pragma unroll
         for (int nh = 0; nh < NH; ++nh) {
-          const float2 qs = *reinterpret_cast<const float2*>(qsum_s + gg * 16 + 8 * nh + 2 * tig);
+          [[maybe_unused]] const float2 qs = *reinterpret_cast<const float2*>(qsum_s + gg * 16 + 8 * nh + 2 * tig);
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
             const int t = c >> 1;
-            const float bias = kz[t] - KF::kMagic * ks[t];
-            st[nh][c] += (ks[t] * KF::kCodeScale) * acc[nh][c] + bias * ((c & 1) ? qs.y : qs.x);
+            float v = sc[t] * acc[nh][c];
+            if constexpr (KF::kHasShift || KF::kMagic != 0.f) v += bias[t] * ((c & 1) ? qs.y : qs.x);
+            st[nh][c] = gg == 0 ? v : st[nh][c] + v;
           }
         }
       } else {
@@ -737,14 +701,16 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
 
   int cur_buf = 0, next_buf = S::kStages - 1;  // ring-buffer indices (no modulo in the loop)
   for (int it = 0; it < n_iter; ++it) {
+    // This warp's copies of stage `it` have landed (its own groups), and all its lanes are done with the
+    // buffer it refills next (its own block16 of the previous iteration).
     cp_async_wait<S::kStages - 2>();
-    __syncthreads();
+    __syncwarp();
     {
       const int nxt = it + S::kStages - 1;
-      if (nxt < n_iter) wait_if_tail(nxt);
-      if (nxt < n_iter)
-        load_stage<KF, VF, D, kSmallPages>(p, smem + next_buf * S::kStageBytes, k_head, v_head, row_off,
-                                           start + nxt * kStageTokens, end);
+      if (nxt < n_iter) {
+        wait_if_tail(nxt);
+        load_iter(nxt, smem + next_buf * S::kStageBytes);
+      }
       cp_async_commit();
       next_buf = next_buf == S::kStages - 1 ? 0 : next_buf + 1;
     }
@@ -819,21 +785,29 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     lse_s[r] = m + log2f(l);
   }
   __syncthreads();
-  for (int i = tid; i < gs * D; i += kThreads) {
-    const int r = i / D, d = i % D;
-    float out = 0.f;
+  // Four consecutive dims per thread: float4 shared loads, one 16-byte (partials) or 8-byte (O) store.
+  constexpr int kVecsPerRow = D / 4;
+  for (int i = tid; i < gs * kVecsPerRow; i += kThreads) {
+    const int r = i / kVecsPerRow, d = (i % kVecsPerRow) * 4;
+    float4 out = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) out += wgt_s[r * kWarps + w] * o_s[(w * 16 + r) * D + d];
+    for (int w = 0; w < kWarps; ++w) {
+      const float wt = wgt_s[r * kWarps + w];
+      const float4 v = *reinterpret_cast<const float4*>(o_s + (w * 16 + r) * D + d);
+      out.x += wt * v.x;
+      out.y += wt * v.y;
+      out.z += wt * v.z;
+      out.w += wt * v.w;
+    }
     const float lse2 = lse_s[r];
     const size_t row = (size_t)b * p.num_qo_heads + qh0 + r;
     if (p.num_splits == 1) {
-      if (p.q_is_fp16)
-        reinterpret_cast<__half*>(p.o)[row * D + d] = __float2half_rn(out);
-      else
-        reinterpret_cast<__nv_bfloat16*>(p.o)[row * D + d] = __float2bfloat16_rn(out);
+      const uint2 packed = p.q_is_fp16 ? make_uint2(pack_f16(out.x, out.y), pack_f16(out.z, out.w))
+                                       : make_uint2(pack_bf16(out.x, out.y), pack_bf16(out.z, out.w));
+      *reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(p.o) + row * D + d) = packed;
       if (p.lse && d == 0) p.lse[row] = lse2 * 0.69314718055994531f;
     } else {
-      p.part_o[(row * p.num_splits + split) * D + d] = out;
+      *reinterpret_cast<float4*>(p.part_o + (row * p.num_splits + split) * D + d) = out;
       if (d == 0) p.part_lse[row * p.num_splits + split] = lse2;
     }
   }

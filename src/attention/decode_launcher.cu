@@ -79,6 +79,9 @@ Status kernel_occupancy(const DecodeKernelInfo& k, const void* func, int* blocks
   return Status::Ok();
 }
 
+// Resident CTAs per SM that the split count plans for (see validate_and_plan).
+constexpr int kMaxSplitCtasPerSm = 4;
+
 // Split count: the fewest splits whose CTAs (one per sequence, kv head and split) fill the resident slots
 // with a last wave at least 90% full; each split keeps >= 4 pipeline stages of work. More splits than
 // needed only add partial-output traffic and per-CTA set-up.
@@ -139,8 +142,6 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
   plan->func = plan->kernel->func[group_size <= 8 ? 0 : 1];
   if (p.page_size < 16 || p.page_size > 256 || (p.page_size & (p.page_size - 1)) != 0)
     return invalid("page_size " + std::to_string(p.page_size) + " must be a power of two in 16..256");
-  if (p.page_size < attention::kStageTokens && group_size <= 8 && plan->kernel->func_small_pages)
-    plan->func = plan->kernel->func_small_pages;
   if (p.max_pages_per_seq < 1)
     return invalid("max_pages_per_seq " + std::to_string(p.max_pages_per_seq) + " must be >= 1");
   const KvTileLayout kt{p.k_format, p.head_dim, p.page_size}, vt{p.v_format, p.head_dim, p.page_size};
@@ -183,7 +184,8 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
   if (p.block_table) {
     if (!p.block_table_host)
       return invalid("block_table_host is null (the host copy of block_table is required for validation)");
-    if (p.num_pages < 1) return invalid("num_pages " + std::to_string(p.num_pages) + " must be >= 1 with a block table");
+    if (p.num_pages < 1)
+      return invalid("num_pages " + std::to_string(p.num_pages) + " must be >= 1 with a block table");
     for (int b = 0; b < p.batch; ++b) {
       const int used = (p.seq_lens_host[b] + p.page_size - 1) / p.page_size;
       const int32_t* row = p.block_table_host + static_cast<size_t>(b) * p.max_pages_per_seq;
@@ -206,7 +208,11 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     QDEC_RETURN_IF_ERROR(current_device_info(&dev));
     int occ = 0;
     QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan->kernel, plan->func, &occ));
-    plan->num_splits = choose_splits(p.batch * p.num_kv_heads, dev.sm_count * occ, max_len);
+    // At most kMaxSplitCtasPerSm CTAs per SM count as slots: a kernel that fits a fifth CTA (head_dim 64) would
+    // otherwise double its splits to fill it, and the extra merge and per-CTA fixed cost outweigh the gain
+    // (H200, SmolLM2 shape, int4: 5 splits 34.1 us, 10 splits 40.1 us).
+    plan->num_splits =
+        choose_splits(p.batch * p.num_kv_heads, dev.sm_count * std::min(occ, kMaxSplitCtasPerSm), max_len);
   }
   plan->workspace_bytes =
       plan->num_splits > 1
