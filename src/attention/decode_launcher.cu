@@ -79,8 +79,16 @@ Status kernel_occupancy(const DecodeKernelInfo& k, const void* func, int* blocks
   return Status::Ok();
 }
 
-// Resident CTAs per SM that the split count plans for (see validate_and_plan).
-constexpr int kMaxSplitCtasPerSm = 4;
+// Resident CTAs per SM that the split count plans for, at most (the occupancy may be lower). Measured on the
+// H200 (docs/attention.md, v20): the 8- and 16-bit loops stream at the HBM rate with 2 CTAs (8 warps) per SM, so
+// filling more slots only adds splits (int8 B=256: 1 split 127.4 us vs 2 splits 135.4; B=32: 8 vs 15 splits
+// 25.8 vs 27.4 us; long 128K: 30 vs 60 splits 70.6 vs 74.0 us); an int4 cache is instruction-bound and needs the
+// warps of 4 CTAs (B=128: 4 splits 46.9 us, 2 splits 50.5), and so do head_dim 64 caches, whose block16s carry
+// half the bytes for the same per-block16 work (SmolLM2 shape, int8: 5 splits 39.3 us, 4 splits 44.2); a fifth
+// CTA (head_dim 64 fits one) doubled that shape's splits for a loss (int4: 5 splits 34.1 us, 10 splits 40.1).
+int split_ctas_per_sm(const attention::DecodeKernelInfo& k) {
+  return k.k_kind == KvKind::kINT4 || k.v_kind == KvKind::kINT4 || k.head_dim < 128 ? 4 : 2;
+}
 
 // Split count: the fewest splits whose CTAs (one per sequence, kv head and split) fill the resident slots
 // with a last wave at least 90% full; each split keeps >= 4 pipeline stages of work. More splits than
@@ -208,11 +216,8 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     QDEC_RETURN_IF_ERROR(current_device_info(&dev));
     int occ = 0;
     QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan->kernel, plan->func, &occ));
-    // At most kMaxSplitCtasPerSm CTAs per SM count as slots: a kernel that fits a fifth CTA (head_dim 64) would
-    // otherwise double its splits to fill it, and the extra merge and per-CTA fixed cost outweigh the gain
-    // (H200, SmolLM2 shape, int4: 5 splits 34.1 us, 10 splits 40.1 us).
-    plan->num_splits =
-        choose_splits(p.batch * p.num_kv_heads, dev.sm_count * std::min(occ, kMaxSplitCtasPerSm), max_len);
+    const int slots_per_sm = std::min(occ, split_ctas_per_sm(*plan->kernel));
+    plan->num_splits = choose_splits(p.batch * p.num_kv_heads, dev.sm_count * slots_per_sm, max_len);
   }
   plan->workspace_bytes =
       plan->num_splits > 1
