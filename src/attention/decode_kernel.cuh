@@ -11,10 +11,11 @@
 //   padding of a group of 8 to 16 rows): S^T = K Q^T with K as the A operand (m = 16 tokens, k = dims), and
 //   O^T = V^T P^T with V as the A operand (m = 16 dims, k = tokens). P^T comes from the S^T accumulators by
 //   one movmatrix.trans per 8x8 tile. NH = 2 head tiles when group_size > 8.
-// - 4 warps; a pipeline stage is 64 tokens (one block16 per warp), copied global -> shared with 16-byte
-//   cp.async, kStages deep. The cache stores values in A-fragment order (docs/formats.md), so every lane
-//   reads its fragments with plain shared loads and dequantizes in registers (lop3 / prmt / cvt); no
-//   transpose, no ldmatrix on sub-16-bit data.
+// - 4 warps; a pipeline stage is 64 tokens (one block16 per warp), kStages deep. Each warp copies its own
+//   block16 of a stage global -> shared with 16-byte cp.async and its own commit groups, and synchronizes with
+//   __syncwarp only (no block barrier in the loop); pages come from a per-warp block-table cursor. The cache stores
+//   values in A-fragment order (docs/formats.md), so every lane reads its fragments with plain shared loads and
+//   dequantizes in registers (lop3 / prmt / cvt); no transpose, no ldmatrix on sub-16-bit data.
 // - Quantized formats compute in fp16 on exact codes (int4: the subnormal q * 2^-24 by one AND, 16q on the odd
 //   rows to save shifts; int8: 1152+q via the 0x64 magic; fp8: exact fp16). Scales stay outside the MMA: K has one
 //   accumulator per scale group (16k dims = whole k-steps), scaled per token afterwards, with the magic and the int4
@@ -265,8 +266,9 @@ struct PageCursor {
 
 // One block16 (16 tokens at `in_tile` of the page) of K and V copied by one warp into its slot of a pipeline
 // stage: values (fragment order, kDataBytes each) and the 16 tokens' meta entries of every scale group
-// (stage layout [group][64 tokens]). Each lane issues 16-byte cp.async; the addresses are one page base plus
-// compile-time offsets, so a block16 costs ~2 instructions per copy.
+// (stage layout [group][64 tokens]). Each lane issues 16-byte cp.async from a page base plus offsets; with the
+// page lookup this is ~55-70 SASS instructions per block16 (a leaner per-lane plan measured no faster:
+// docs/attention.md, v20b).
 template <class KF, class VF, int D>
 __device__ __forceinline__ void load_block16(const DecodeKernelParams& p, uint8_t* stage, const uint8_t* k_tile,
                                              const uint8_t* v_tile, int in_tile, int warp, int lane) {
