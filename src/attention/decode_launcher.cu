@@ -285,19 +285,10 @@ Status decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   kp.q_is_fp16 = p.q_dtype == DType::kFP16 ? 1 : 0;
   kp.pdl_tail_tokens = p.programmatic_tail_tokens;
 
-  dim3 grid(plan.num_splits, p.num_kv_heads, p.batch);
   void* args[] = {&kp};
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(attention::kThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(plan.kernel->smem_bytes);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p.programmatic_tail_tokens > 0 ? 1 : 0;
-  QDEC_CUDA_RETURN(cudaLaunchKernelExC(&cfg, plan.func, args));
+  const LaunchConfig cfg(dim3(plan.num_splits, p.num_kv_heads, p.batch), dim3(attention::kThreads),
+                         static_cast<size_t>(plan.kernel->smem_bytes), stream, p.programmatic_tail_tokens > 0);
+  QDEC_CUDA_RETURN(cudaLaunchKernelExC(cfg.get(), plan.func, args));
   if (plan.num_splits > 1) {
     QDEC_RETURN_IF_ERROR(attention::launch_decode_merge(part_o, part_lse, p.o, p.lse, p.batch * p.num_qo_heads,
                                                         plan.num_splits, p.head_dim, kp.q_is_fp16 != 0, stream));

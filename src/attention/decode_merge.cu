@@ -97,19 +97,11 @@ Status launch_decode_merge(const float* part_o, const float* part_lse, void* o, 
                            int head_dim, bool q_is_fp16, cudaStream_t stream) {
   // Programmatic dependent launch: the merge grid is launched while the attention grid drains, hiding the
   // launch latency that dominates small (tens of microseconds) decode steps.
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(rows);
-  cfg.blockDim = dim3(kMergeWarps * 32);
-  cfg.dynamicSmemBytes = static_cast<size_t>(num_splits) * sizeof(float);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const LaunchConfig cfg(dim3(rows), dim3(kMergeWarps * 32), static_cast<size_t>(num_splits) * sizeof(float), stream,
+                         /*programmatic=*/true);
   const int fp16 = q_is_fp16 ? 1 : 0;
   return cuda_status(
-      cudaLaunchKernelEx(&cfg, decode_merge_kernel, part_o, part_lse, o, lse, num_splits, head_dim, fp16),
+      cudaLaunchKernelEx(cfg.get(), decode_merge_kernel, part_o, part_lse, o, lse, num_splits, head_dim, fp16),
       "decode_merge_kernel launch");
 }
 

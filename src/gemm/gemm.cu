@@ -272,17 +272,8 @@ Status gemm(const GemmParams& p, cudaStream_t stream) {
     fp.pdl = p.pdl ? 1 : 0;
     QDEC_RETURN_IF_ERROR(prepare_kernel(plan.kernel->func, plan.smem));
     void* args[] = {&fp};
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(plan.n_blocks, plan.num_splits);
-    cfg.blockDim = dim3(wq::kThreads);
-    cfg.dynamicSmemBytes = plan.smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = p.pdl ? 1 : 0;
-    QDEC_CUDA_RETURN(cudaLaunchKernelExC(&cfg, plan.kernel->func, args));
+    const LaunchConfig cfg(dim3(plan.n_blocks, plan.num_splits), dim3(wq::kThreads), plan.smem, stream, p.pdl);
+    QDEC_CUDA_RETURN(cudaLaunchKernelExC(cfg.get(), plan.kernel->func, args));
     return Status::Ok();
   }
   // Large M: dequantize to a 16-bit scratch in X's dtype, cuBLASLt, then bias / clamp if asked. Below

@@ -749,17 +749,8 @@ Status launch_stream(const RowArgs& a, cudaStream_t stream) {
   const int smem = kNorm ? a.k * 4 : 0;  // the fp32 weight
   unsigned grid = 0;
   QDEC_RETURN_IF_ERROR(stream_grid<kernel>(kThreads * kVpt * 8 * 4, kThreads, smem, a.m, &grid));
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = a.pdl ? 1 : 0;
-  QDEC_CUDA_RETURN(cudaLaunchKernelEx(&cfg, kernel, a));
+  const LaunchConfig cfg(dim3(grid), dim3(kThreads), smem, stream, a.pdl);
+  QDEC_CUDA_RETURN(cudaLaunchKernelEx(cfg.get(), kernel, a));
   return cuda_status(cudaGetLastError(), kNorm ? "rmsnorm_quantize launch" : "quantize_activations launch");
 }
 

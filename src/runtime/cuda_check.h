@@ -28,6 +28,31 @@ struct DeviceInfo {
   std::string name;
 };
 
+// A kernel launch configuration, optionally as a programmatic dependent of the previous work in the stream
+// (programmatic dependent launch: the kernel may start before its predecessor ends and must order itself with
+// griddepcontrol.wait). Pass `get()` to cudaLaunchKernelEx / cudaLaunchKernelExC. Not copyable: the config
+// points at its own attribute.
+class LaunchConfig {
+ public:
+  LaunchConfig(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream, bool programmatic) {
+    cfg_.gridDim = grid;
+    cfg_.blockDim = block;
+    cfg_.dynamicSmemBytes = smem_bytes;
+    cfg_.stream = stream;
+    attr_.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr_.val.programmaticStreamSerializationAllowed = 1;
+    cfg_.attrs = &attr_;
+    cfg_.numAttrs = programmatic ? 1 : 0;
+  }
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+  const cudaLaunchConfig_t* get() const { return &cfg_; }
+
+ private:
+  cudaLaunchConfig_t cfg_{};
+  cudaLaunchAttribute attr_{};
+};
+
 // Properties of the current device (cached per device). kNoDevice if there is none.
 Status current_device_info(DeviceInfo* info);
 
