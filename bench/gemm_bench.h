@@ -21,10 +21,10 @@ struct GemmBenchOptions {
   int iters = 30;
   int warmup = 5;
   int graph_reps = 20;  // M <= 64: also time `graph_reps` back-to-back launches as one CUDA graph (0 = off)
-  int splits = 0;
-  double warm_ms = 0;  // keep the GPU busy with each case this long before its timed batch (clock ramp-up)          //
-                       // fused path: 0 = the library's split-K choice, >= 1 forces it (GemmParams::num_splits)
-  bool conv = false;   // also time the ResNet-50 conv layers (qdec conv2d, fp16 input)
+  int splits = 0;       // fused path: 0 = the library's split-K choice, >= 1 forces it (GemmParams::num_splits)
+  int parts = 0;        // fused path: 0 = the library's choice, 1/2/4/8 forces K parts per CTA (GemmParams::num_parts)
+  double warm_ms = 0;   // keep the GPU busy with each case this long before its timed batch (clock ramp-up)
+  bool conv = false;    // also time the ResNet-50 conv layers (qdec conv2d, fp16 input)
   bool conv_only = false;  // only the conv layers
   int conv_batch = 8;
   bool check = false;  // before timing, check each format/M against the CPU reference on a small problem
@@ -46,6 +46,8 @@ void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
   app->add_option("--dtype", o->dtype, "Activation dtype: bf16 or fp16")->capture_default_str();
   app->add_option("--path", o->path, "auto, fused or dequant (dequant = dequantize + cuBLASLt)")->capture_default_str();
   app->add_option("--splits", o->splits, "Force the fused path's split-K count (0 = automatic)")->capture_default_str();
+  app->add_option("--parts", o->parts, "Force the fused path's K parts per CTA, 1/2/4/8 (0 = automatic)")
+      ->capture_default_str();
   app->add_option("--warm-ms", o->warm_ms,
                   "Run each case this many ms before timing it (lets the SM clock ramp up; see the SM MHz column)")
       ->capture_default_str();

@@ -38,6 +38,7 @@ struct Case {
   Activation act;
   bool bias;
   GemmDType y_dtype;
+  int parts = 0;  // GemmParams::num_parts (0 = automatic)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -47,8 +48,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                   (c.path == GemmPath::kAuto    ? "auto"
                    : c.path == GemmPath::kFused ? "fused"
                                                 : "dequant") +
-                  "_s" + std::to_string(c.splits) + "_" + activation_name(c.act) + (c.bias ? "_bias" : "") + "_y" +
-                  gemm_dtype_name(c.y_dtype);
+                  "_s" + std::to_string(c.splits) + (c.parts ? "_p" + std::to_string(c.parts) : "") + "_" +
+                  activation_name(c.act) + (c.bias ? "_bias" : "") + "_y" + gemm_dtype_name(c.y_dtype);
   for (char& ch : s)
     if (ch == '-') ch = '_';
   return s;
@@ -157,12 +158,17 @@ TEST_P(GemmGpu, MatchesFloat64Reference) {
   p.y = y.get();
   p.path = c.path;
   p.num_splits = c.splits;
+  p.num_parts = c.parts;
   DeviceBuffer ws;
   ASSERT_NO_FATAL_FAILURE(attach_workspace(&p, &ws));
   GemmPath path;
-  int splits = 0;
-  QDEC_ASSERT_OK(gemm_plan(p, &path, &splits));
-  SCOPED_TRACE(std::string("path ") + gemm_path_name(path) + ", splits " + std::to_string(splits));
+  int splits = 0, parts = 0;
+  QDEC_ASSERT_OK(gemm_plan(p, &path, &splits, &parts));
+  SCOPED_TRACE(std::string("path ") + gemm_path_name(path) + ", splits " + std::to_string(splits) + ", parts " +
+               std::to_string(parts));
+  if (c.parts > 0 && path == GemmPath::kFused) {
+    EXPECT_EQ(parts, c.parts);
+  }
   // Twice: the second call checks that the split-K tickets were left at zero.
   for (int rep = 0; rep < 2; ++rep) {
     QDEC_CUDA_CHECK(cudaMemset(y.get(), 0xFF, ref.size() * y_elem));  // NaN in every dtype
@@ -213,6 +219,31 @@ std::vector<Case> gemm_cases() {
         for (int s : {1, 2}) v.push_back({fmt, d, m, 200, 4160, GemmPath::kFused, s, Activation::kNone, false, d});
       }
     }
+  }
+  // K parts per CTA (v12): the same long slices split into 2, 4 and 8 parts of whole groups, the last part
+  // shorter or empty (K = 4160: 33 int4 g128 groups over 8 parts of 5; 65 per-channel tiles over 8 parts of 9),
+  // each CTA's parts added in shared memory, with one and three splits (the parts of a slice, then the split-K
+  // epilogue), N = 200 (a CTA's last row blocks past N at 2 and 4 parts). M = 1, 5: MT 1; M = 16: MT 2.
+  for (const char* fmt : {"int4-g32", "int4-g128", "int4", "int4zp-g64", "int8-g32", "int8-g128", "int8"}) {
+    for (GemmDType d : {bf, hf}) {
+      for (int m : {1, 5, 16}) {
+        for (int parts : {2, 4, 8}) {
+          for (int s : {1, 3}) {
+            v.push_back({fmt, d, m, 200, 4160, GemmPath::kFused, s, Activation::kNone, false, d, parts});
+          }
+        }
+      }
+    }
+  }
+  // Parts with bias, clamp and fp32 Y; a tiny K (one group for 8 parts); the automatic choice at decode shapes.
+  for (GemmDType d : {bf, hf}) {
+    v.push_back({"int4-g128", d, 3, 1000, 4096, GemmPath::kFused, 0, Activation::kReLU, true, GemmDType::kFP32, 8});
+    v.push_back({"int8", d, 8, 257, 1000, GemmPath::kFused, 2, Activation::kReLU6, true, d, 4});
+    v.push_back({"int4-g64", d, 1, 33, 64, GemmPath::kFused, 1, Activation::kNone, false, d, 8});
+    v.push_back({"int4-g128", d, 32, 200, 4160, GemmPath::kFused, 1, Activation::kNone, false, d, 4});
+    v.push_back({"int8-g64", d, 24, 200, 4160, GemmPath::kFused, 2, Activation::kNone, false, d, 2});
+    v.push_back({"int4-g128", d, 1, 512, 14336, GemmPath::kAuto, 0, Activation::kNone, false, d});
+    v.push_back({"int8", d, 4, 1024, 8192, GemmPath::kAuto, 0, Activation::kNone, true, d});
   }
   // Many splits (16, 32, 19 after rounding the slices to the group; 4 at 32 tokens): many CTAs adding into the
   // same split-K accumulator rows.
@@ -689,6 +720,17 @@ TEST(GemmErrors, FusedPathLimitAndWorkspace) {
   s = gemm(p, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kOutOfMemory) << s.to_string();
   EXPECT_NE(s.message().find("workspace"), std::string::npos) << s.message();
+  p.num_splits = 0;
+  p.num_parts = 3;
+  s = gemm(p, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("num_parts 3"), std::string::npos) << s.message();
+  p.num_parts = 2;
+  p.m = 33;  // 64-token tiles: no parts
+  s = gemm(p, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("num_parts 2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("M 33"), std::string::npos) << s.message();
 }
 
 TEST(ConvErrors, BadGeometry) {

@@ -59,6 +59,9 @@ struct GemmParams {
   long long ldy = 0;  // >= N; 0 means N
   GemmPath path = GemmPath::kAuto;
   int num_splits = 0;  // fused path: 0 = automatic, >= 1 forces the split-K count
+  // Fused path: 0 = automatic, 1 / 2 / 4 / 8 forces the K parts per CTA (each CTA then covers 128 / num_parts
+  // output channels of one K slice, its parts added in shared memory; > 1 needs M <= 32).
+  int num_parts = 0;
   // Fused path: launch as a programmatic dependent (CUDA PDL), so that the kernel's CTAs start, and request W
   // and its scales, while the previous kernel of the stream is still finishing; X, Y, bias and the workspace are
   // read or written only after that kernel has completed. So W must not be written by the kernel launched just
@@ -72,8 +75,9 @@ struct GemmParams {
 
 // Bytes of workspace the call needs (depends on the path that M selects, the split count, and the shapes).
 Status gemm_workspace_bytes(const GemmParams& p, size_t* bytes);
-// The path kAuto resolves to, and the fused split count (1 for the cuBLASLt path), after validation.
-Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits);
+// The path kAuto resolves to, the fused split count and K parts per CTA (1 and 1 for the cuBLASLt path), after
+// validation. Null outputs are skipped.
+Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits, int* num_parts = nullptr);
 // Validate, then launch on `stream`. On error nothing is launched.
 Status gemm(const GemmParams& p, cudaStream_t stream);
 

@@ -8,19 +8,23 @@
 // Design
 // - Transposed product Y^T = W X^T, so the weight is the A operand of mma.m16n8k16 (m = 16 output channels) and
 //   the tokens are the n = 8 side: M <= 8 wastes nothing, M <= 64 takes MT = 1, 2, 4, 8 token tiles.
-// - One CTA = 8 warps = 128 output channels x one K slice (split-K, sized so that every SM is busy). Each warp
-//   streams its own 16 channels: one 16-byte cp.async per lane per 512-byte tile with an L2 evict-first policy
-//   (every weight byte is read once, so it should not displace X or the split-K partials in L2), into a
-//   per-warp ring of kDepth shared-memory stages (one cp.async group per tile; a stage is refilled with the tile
-//   kDepth ahead as soon as its tile has been read out), so that every warp keeps kDepth - 1 .. kDepth tiles in
-//   flight without spending registers on them.
-// - The issue rate is the limit (every instruction per 512-byte tile costs bandwidth), so the main loop is
-//   unrolled over whole ring blocks with the scale-group ends at fixed positions: the first MMA of a group
-//   overwrites the group accumulators (no zeroing), a group flush is one 16-byte shared load of fp32 scale and
-//   offset (converted once per CTA in the prologue, the magic number and the zero point folded in) plus one
-//   8-byte load of X sums and two FMAs per accumulator; B fragments by ldmatrix.x4 (two k-steps each).
-// - The CTA's X slice is staged once in shared memory (rows padded by 16 bytes: conflict-free B fragments);
-//   the per-(token, group) sums of X are computed from it by the tensor cores (A = ones).
+// - One CTA = 8 warps = (8 / P) blocks of 16 output channels x P parts of one K slice (v12: P = 1, 2, 4, 8;
+//   the parts' sums are added in shared memory at the end), with split-K over K slices on top; the host
+//   planner picks P and the split count from a cost estimate fitted to measurements (gemm.cu, docs/gemm.md).
+//   Each warp streams its own 16 channels of its part: one 16-byte cp.async per lane per 512-byte tile with an
+//   L2 evict-first policy (every weight byte is read once, so it should not displace X or the split-K partials
+//   in L2), into a per-warp ring of kDepth shared-memory stages (one cp.async group per tile; a stage is
+//   refilled with the tile kDepth ahead as soon as its tile has been read out), so that every warp keeps
+//   kDepth - 1 .. kDepth tiles in flight without spending registers on them.
+// - Every instruction per 512-byte tile costs issue slots, so the main loop is unrolled over whole ring blocks
+//   with the scale-group ends at fixed positions: the first MMA of a group overwrites the group accumulators
+//   (no zeroing), a group flush is one 16-byte shared load of fp32 scale and offset (converted once per CTA in
+//   the prologue, the magic number and the zero point folded in) plus two FMAs per accumulator; B fragments by
+//   ldmatrix.x4 (two k-steps each).
+// - The CTA's X slice is staged once in shared memory (rows padded by 16 bytes: conflict-free B fragments).
+//   The per-(token, group) sums of X the flush needs come, at MT <= 2, from one more MMA per k-step (A = ones)
+//   on the B fragments the weights' MMAs load anyway (v12; before, and still at MT >= 4, a prologue pass over the
+//   whole slice, whose cost grew with the slice and held every warp before its first tile).
 // - Dequantization in registers computes on exact codes, never on scaled values: int4 by one AND+OR into the
 //   mantissa of a magic number (fp16 1024 + q, or 1024 + 16q for the rows g+8 so that one shift serves
 //   two registers; bf16 128 + q), int8 by a byte permute into fp16 1024 + (q + 128) or an exact bf16 q.
@@ -30,8 +34,9 @@
 // - Programmatic dependent launch (opt-in, p.pdl): meta and the first weight tiles are requested before
 //   griddepcontrol.wait, X / Y / the workspace only after it, so a chain of calls overlaps ramp-up and drain.
 // - Split-K: each CTA adds its fp32 sums into an L2-resident accumulator with float2 atomics; the last CTA of a
-//   column block (an atomic ticket) applies bias and clamp, writes Y and zeroes the accumulator and its ticket
-//   for the next call (the summation order, and so the last bits, vary from run to run).
+//   column block (an atomic ticket, taken by one thread after a barrier and a fence) applies bias and clamp,
+//   writes Y and zeroes the accumulator and its ticket for the next call (the summation order, and so the last
+//   bits, vary from run to run).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -65,6 +70,7 @@ struct FusedParams {
   int num_groups;  // meta groups per row
   int kc;          // K values per split (a multiple of the chunk and of group_k when group_k <= 128)
   int num_splits;
+  int parts;       // K parts per CTA (1, 2, 4, 8; MT <= 4 only): the CTA covers 8 / parts 16-row blocks
   int act;         // Activation
   int y_dtype;     // GemmDType
   int zero_point;  // int4: second meta half is a zero point (w = (q - z) s) instead of an offset
@@ -95,19 +101,28 @@ __host__ __device__ constexpr int fused_depth(int mt) {
   return mt == 1 ? QDEC_FUSED_MT1_DEPTH : mt == 2 ? QDEC_FUSED_MT2_DEPTH : 4;
 }
 
-// Dynamic shared memory of a launch: weight ring (kDepth stages x 8 warps x 512 bytes), X slice (at MT = 1 only
-// min(M, 8) rows are staged), per-(segment, row pair) fp32 scale/offset (16 bytes), the fp16 meta it is converted
-// from (4 bytes per segment and row), per-(segment, token) X sums (partials of up to max(n_seg, 8) tasks, then the
-// reduced n_seg rows).
+// Dynamic shared memory of a launch: weight ring (kDepth stages x 8 warps x 512 bytes; reused for the parts'
+// reduction), X slice (at MT = 1 only min(M, 8) rows are staged), per-(segment, row pair) fp32 scale/offset (16
+// bytes) and the fp16 meta it is converted from (4 bytes per segment and row). cta_rows: output channels per CTA
+// (128 / parts).
 __host__ __device__ constexpr int fused_x_rows(int mt, int m) {
   return mt == 1 ? (m < 8 ? m : 8) : mt * 8;
+}
+// X sums per (group, token): from the main loop's B fragments at MT <= 2, else by a prologue pass over the
+// staged slice (partials of up to max(n_seg, 8) tasks, then the reduced n_seg rows in shared memory).
+__host__ __device__ constexpr bool fused_loop_sums(int mt) {
+  return mt <= 2;
 }
 __host__ __device__ constexpr int fused_xsum_tasks(int n_seg) {
   return n_seg < 8 ? 8 : n_seg;
 }
-__host__ __device__ constexpr int fused_smem_bytes(int mt, int m, int kc, int n_seg) {
-  return fused_depth(mt) * kWarps * 512 + fused_x_rows(mt, m) * (kc + kXPadHalves) * 2 + n_seg * (kBlockN / 2) * 16 +
-         n_seg * kBlockN * 4 + (fused_xsum_tasks(n_seg) + n_seg) * mt * 8 * 4;
+__host__ __device__ constexpr int fused_smem_bytes(int mt, int m, int kc, int n_seg, int cta_rows) {
+  return fused_depth(mt) * kWarps * 512 + fused_x_rows(mt, m) * (kc + kXPadHalves) * 2 + n_seg * (cta_rows / 2) * 16 +
+         n_seg * cta_rows * 4 + (fused_loop_sums(mt) ? 0 : (fused_xsum_tasks(n_seg) + n_seg) * mt * 8 * 4);
+}
+// The parts' reduction reuses the weight ring: 8 warps x 32 lanes x MT * 4 fp32 sums.
+__host__ __device__ constexpr bool fused_parts_supported(int mt) {
+  return kWarps * 32 * mt * 4 * 4 <= fused_depth(mt) * kWarps * 512;
 }
 // Shared memory one SM offers its CTAs (H100 / H200: 228 KiB) and what the runtime reserves per CTA.
 constexpr int kSmemPerSm = 228 * 1024;
@@ -340,37 +355,50 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   using D = Dequant<BITS, BF16>;
   constexpr int kDepth = fused_depth(MT);
   constexpr int kRows = MT * 8;
-  constexpr int kMetaRowPairs = kBlockN / 2;  // (row g, row g + 8) pairs of a CTA
+  constexpr bool kLoopSums = fused_loop_sums(MT);
   extern __shared__ __align__(16) uint8_t smem[];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int nb = blockIdx.x, split = blockIdx.y;
+  // Warp -> (16-row block rb of the CTA's rbs, K part of the CTA's p.parts).
+  const int rbs = kWarps / p.parts;
+  const int rb = warp % rbs, part = warp / rbs;
+  const int cta_rows = rbs * 16;
+  const int row_pairs = rbs * 8;  // (row g, row g + 8) pairs of a CTA
   const int k0 = split * p.kc;
   const int k1 = min(k0 + p.kc, p.k_pad);
   const int slice = k1 - k0;
   const bool per_channel = p.group_k >= p.k_pad;
-  const int seg_len = per_channel ? slice : p.group_k;
+  // The parts cover whole groups (per channel: whole tiles) of the slice, the same count each but the last.
+  const int nch_slice = slice / D::kChunkK;
+  const int tpg = per_channel || p.group_k < D::kChunkK ? 1 : p.group_k / D::kChunkK;
+  const int part_tiles = ((nch_slice + tpg - 1) / tpg + p.parts - 1) / p.parts * tpg;
+  const int pc0 = min(part * part_tiles, nch_slice);
+  const int nch = min(pc0 + part_tiles, nch_slice) - pc0;  // this warp's tiles (0 for a part past the slice)
+  // Scale segments: groups, or per channel one per part (the offset term needs the X sum of each part).
+  const int seg_len = per_channel ? part_tiles * D::kChunkK : p.group_k;
   const int n_seg = (slice + seg_len - 1) / seg_len;
+  const int seg0 = pc0 * D::kChunkK / seg_len;  // this part's first segment
   const int xs_stride = p.kc + kXPadHalves;
 
   const int xrows = min(p.m, kRows);
   const uint32_t ring_sh = static_cast<uint32_t>(__cvta_generic_to_shared(smem));  // [kDepth][kWarps][512 B]
   uint16_t* x_sh = reinterpret_cast<uint16_t*>(smem + kDepth * kWarps * 512);
-  float4* meta_sh = reinterpret_cast<float4*>(x_sh + fused_x_rows(MT, p.m) * xs_stride);  // [n_seg][64]
-  uint8_t* meta16_sh = reinterpret_cast<uint8_t*>(meta_sh + n_seg * kMetaRowPairs);       // [n_seg][128] fp16
-  float* xpart_sh = reinterpret_cast<float*>(meta16_sh + n_seg * kBlockN * 4);            // [tasks][kRows]
-  float* xsum_sh = xpart_sh + fused_xsum_tasks(n_seg) * kRows;                            // [n_seg][kRows]
+  float4* meta_sh = reinterpret_cast<float4*>(x_sh + fused_x_rows(MT, p.m) * xs_stride);  // [n_seg][row_pairs]
+  uint8_t* meta16_sh = reinterpret_cast<uint8_t*>(meta_sh + n_seg * row_pairs);           // [n_seg][cta_rows] fp16 meta
+  float* xpart_sh = reinterpret_cast<float*>(meta16_sh + n_seg * cta_rows * 4);           // MT >= 4: [tasks][kRows]
+  float* xsum_sh = xpart_sh + fused_xsum_tasks(n_seg) * kRows;                            // MT >= 4: [n_seg][kRows]
+  const float* xsum = xpart_sh;  // MT >= 4: [n_seg][kRows] sums of X per (segment, token)
   __shared__ int is_last_sh;
 
   // Under PDL, the next kernel of the stream may be scheduled as this grid's CTAs leave (it waits for this one
   // before touching its outputs: griddep_wait).
   if (p.pdl) griddep_launch_dependents();
-  const int nt = nb * kWarps + warp;  // this warp's 16-row tile
+  const int nt = nb * rbs + rb;  // this warp's 16-row tile
   const bool active = nt * 16 < p.n_pad;
   const int chunks_per_row = p.k_pad / D::kChunkK;
-  const int c_begin = k0 / D::kChunkK;
-  const int nch = slice / D::kChunkK;
+  const int c_begin = k0 / D::kChunkK + pc0;
   const uint8_t* w_gl = p.codes + (static_cast<size_t>(nt) * chunks_per_row + c_begin) * 512 + lane * 16;
   const uint64_t policy = evict_first_policy();
 
@@ -386,7 +414,6 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
                            static_cast<uint32_t>((lrow * xs_stride + 8 * (lane >> 3)) * 2);
   const uint32_t xj_stride = static_cast<uint32_t>(8 * xs_stride * 2);  // bytes between token tiles
 
-  const float* xsum = xpart_sh;  // [n_seg][kRows] sums of X per (segment, token)
   // ---- Prologue: stage X[0 .. rows) x [k0, k1) (zeros past K) and the slice's meta by cp.async, request the
   // first kDepth weight tiles, then (once the staging has landed) convert the scales to fp32 and sum X per group.
   {
@@ -429,14 +456,15 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       }
     };
     const int g_first = per_channel ? 0 : k0 / p.group_k;
-    // The slice's meta (fp16; per segment the CTA's 128 rows are contiguous: 16-byte pieces of 4 (int4) or 8
-    // (int8) rows; pieces past n_pad or past the last group are zero).
+    // The slice's meta (fp16; per segment the CTA's rows are contiguous: 16-byte pieces of 4 (int4) or 8 (int8)
+    // rows; pieces past n_pad or past the last group are zero). Per channel every segment holds group 0.
     auto stage_meta = [&]() {
       constexpr int kPieceRows = 16 / D::kMetaEntry;
-      constexpr int kPieces = kBlockN / kPieceRows;
-      for (int i = threadIdx.x; i < n_seg * kPieces; i += kThreads) {
-        const int seg = i / kPieces, row = nb * kBlockN + (i % kPieces) * kPieceRows, grp = g_first + seg;
-        uint8_t* dst = meta16_sh + static_cast<size_t>(seg) * kBlockN * 4 + (i % kPieces) * 16;
+      const int pieces = cta_rows / kPieceRows;
+      for (int i = threadIdx.x; i < n_seg * pieces; i += kThreads) {
+        const int seg = i / pieces, row = nb * cta_rows + (i % pieces) * kPieceRows;
+        const int grp = per_channel ? 0 : g_first + seg;
+        uint8_t* dst = meta16_sh + static_cast<size_t>(seg) * cta_rows * 4 + (i % pieces) * 16;
         if (row < p.n_pad && grp < p.num_groups) {
           cp_async16(dst, p.meta + (static_cast<size_t>(grp) * p.n_pad + row) * D::kMetaEntry);
         } else {
@@ -474,10 +502,10 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
     // Scales: per (segment, row pair g / g + 8 of a warp) the fp32 (s_g, o_g, s_g+8, o_g+8) the group flush
     // applies, with the magic number, the zero point and the x1/16 of the fp16 int4 rows g + 8 folded in, so
     // that a flush is one 16-byte shared load. Rows past n_pad and groups past K are zero.
-    for (int e = threadIdx.x; e < n_seg * kMetaRowPairs; e += kThreads) {
-      const int seg = e / kMetaRowPairs, rp = e % kMetaRowPairs;
-      const int lr0 = (rp / 8) * 16 + (rp % 8);  // CTA-local row g of warp rp / 8
-      const uint8_t* m16 = meta16_sh + static_cast<size_t>(seg) * kBlockN * 4;
+    for (int e = threadIdx.x; e < n_seg * row_pairs; e += kThreads) {
+      const int seg = e / row_pairs, rp = e % row_pairs;
+      const int lr0 = (rp / 8) * 16 + (rp % 8);  // CTA-local row g of row block rp / 8
+      const uint8_t* m16 = meta16_sh + static_cast<size_t>(seg) * cta_rows * 4;
       float s0, s1, o0 = 0.f, o1 = 0.f;
       if constexpr (BITS == 4) {
         const float2 f0 = __half22float2(reinterpret_cast<const __half2*>(m16)[lr0]);
@@ -493,76 +521,93 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       const float se0 = s0, se1 = s1 * D::kHiRowScale;
       meta_sh[e] = make_float4(se0, o0 - D::kMagic * se0, se1, o1 - D::kMagic * se1);
     }
-    // Group sums of X by the tensor cores: A = ones, so every row of D is sum_k X[token][k]. Tasks are
-    // (segment, part): with fewer than 8 segments each is split into parts, so that all warps help.
-    const int seg_units = seg_len / 32;  // ldmatrix.x4 steps (32 K values) per segment
-    const int ps = max(1, min(kWarps / n_seg, seg_units));
-    const int tasks = n_seg * ps;
-    const uint32_t ones = BF16 ? 0x3F803F80u : 0x3C003C00u;
-    const uint32_t a1[4] = {ones, ones, ones, ones};
-    const int units = slice / 32;
-    for (int task = warp; task < tasks; task += kWarps) {
-      int ua, ub;
-      if (ps == 1) {  // one task per segment (five or more segments, e.g. g128 slices of >= 640): no divisions
-        ua = task * seg_units;
-        ub = min(ua + seg_units, units);
-      } else {
-        const int seg = task / ps, part = task % ps;
-        const int u0 = seg * seg_units, nu = min(u0 + seg_units, units) - u0;
-        ua = u0 + part * nu / ps;
-        ub = u0 + (part + 1) * nu / ps;
-      }
-      float s[MT][4];
-#pragma unroll
-      for (int j = 0; j < MT; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[j][i] = 0.f;
-      for (int u = ua; u < ub; ++u) {
-#pragma unroll
-        for (int j = 0; j < MT; ++j) {
-          uint32_t b[4];
-          ldmatrix_x4(b, xb_lane + j * xj_stride + static_cast<uint32_t>(u * 64));
-          mma_acc<BF16, false>(s[j], a1, b[0], b[1]);
-          mma_acc<BF16, false>(s[j], a1, b[2], b[3]);
+    __syncthreads();
+    if constexpr (!kLoopSums) {
+      // MT >= 4: group sums of X in the prologue, by the tensor cores (A = ones, so every row of D is
+      // sum_k X[token][k]); 16 more accumulators per lane in the main loop would spill there. Tasks are
+      // (segment, piece): with fewer than 8 segments each is split into pieces, so that all warps help.
+      const int seg_units = seg_len / 32;  // ldmatrix.x4 steps (32 K values) per segment
+      const int ps = max(1, min(kWarps / n_seg, seg_units));
+      const int tasks = n_seg * ps;
+      const uint32_t ones = BF16 ? 0x3F803F80u : 0x3C003C00u;
+      const uint32_t a1[4] = {ones, ones, ones, ones};
+      const int units = slice / 32;
+      for (int task = warp; task < tasks; task += kWarps) {
+        int ua, ub;
+        if (ps == 1) {  // one task per segment (five or more segments, e.g. g128 slices of >= 640): no divisions
+          ua = task * seg_units;
+          ub = min(ua + seg_units, units);
+        } else {
+          const int seg = task / ps, piece = task % ps;
+          const int u0 = seg * seg_units, nu = min(u0 + seg_units, units) - u0;
+          ua = u0 + piece * nu / ps;
+          ub = u0 + (piece + 1) * nu / ps;
         }
-      }
-      if (g == 0) {
+        float s[MT][4];
 #pragma unroll
         for (int j = 0; j < MT; ++j)
-          *reinterpret_cast<float2*>(xpart_sh + task * kRows + j * 8 + 2 * t) = make_float2(s[j][0], s[j][1]);
-      }
-    }
-    __syncthreads();
-    if (ps > 1) {  // reduce the parts (uniform branch)
-      for (int i = threadIdx.x; i < n_seg * kRows; i += kThreads) {
-        const int seg = i / kRows, r = i % kRows;
-        float s = 0.f;
-        for (int q = 0; q < ps; ++q) s += xpart_sh[(seg * ps + q) * kRows + r];
-        xsum_sh[i] = s;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) s[j][i] = 0.f;
+        for (int u = ua; u < ub; ++u) {
+#pragma unroll
+          for (int j = 0; j < MT; ++j) {
+            uint32_t b[4];
+            ldmatrix_x4(b, xb_lane + j * xj_stride + static_cast<uint32_t>(u * 64));
+            mma_acc<BF16, false>(s[j], a1, b[0], b[1]);
+            mma_acc<BF16, false>(s[j], a1, b[2], b[3]);
+          }
+        }
+        if (g == 0) {
+#pragma unroll
+          for (int j = 0; j < MT; ++j)
+            *reinterpret_cast<float2*>(xpart_sh + task * kRows + j * 8 + 2 * t) = make_float2(s[j][0], s[j][1]);
+        }
       }
       __syncthreads();
-      xsum = xsum_sh;
+      if (ps > 1) {  // reduce the parts (uniform branch)
+        for (int i = threadIdx.x; i < n_seg * kRows; i += kThreads) {
+          const int seg = i / kRows, r = i % kRows;
+          float s = 0.f;
+          for (int q = 0; q < ps; ++q) s += xpart_sh[(seg * ps + q) * kRows + r];
+          xsum_sh[i] = s;
+        }
+        __syncthreads();
+        xsum = xsum_sh;
+      }
     }
   }
 
-  float acc[MT][4], ga[MT][4];
+  // acc: the warp's sums; ga: the current group's code x X sums; xs: the current group's X sums per token, by
+  // the tensor cores from the B fragments the group's MMAs load anyway (A = ones: every row of D is
+  // sum_k X[token][k]; c0 / c1 hold tokens 2t / 2t + 1, as the flush needs them).
+  float acc[MT][4], ga[MT][4], xs[kLoopSums ? MT : 1][4];
 #pragma unroll
   for (int j = 0; j < MT; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[j][i] = ga[j][i] = 0.f;
+#pragma unroll
+  for (int j = 0; j < (kLoopSums ? MT : 1); ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) xs[j][i] = 0.f;
+  const uint32_t ones = BF16 ? 0x3F803F80u : 0x3C003C00u;
+  const uint32_t a_ones[4] = {ones, ones, ones, ones};
 
   // Group flush: acc += s * group_acc + (o - magic * s) * sum_group(X), per row (g, g + 8) and token.
-  const float4* meta_lane = meta_sh + warp * 8 + g;
-  const float* xsum_lane = xsum + 2 * t;
+  const float4* meta_lane = meta_sh + rb * 8 + g;
   auto flush = [&](int seg) {
-    const float4 mm = meta_lane[seg * kMetaRowPairs];
+    const float4 mm = meta_lane[seg * row_pairs];
 #pragma unroll
     for (int j = 0; j < MT; ++j) {
-      const float2 xs = *reinterpret_cast<const float2*>(xsum_lane + seg * kRows + j * 8);
-      acc[j][0] = fmaf(mm.y, xs.x, fmaf(mm.x, ga[j][0], acc[j][0]));
-      acc[j][1] = fmaf(mm.y, xs.y, fmaf(mm.x, ga[j][1], acc[j][1]));
-      acc[j][2] = fmaf(mm.w, xs.x, fmaf(mm.z, ga[j][2], acc[j][2]));
-      acc[j][3] = fmaf(mm.w, xs.y, fmaf(mm.z, ga[j][3], acc[j][3]));
+      float2 xg;
+      if constexpr (kLoopSums) {
+        xg = make_float2(xs[j][0], xs[j][1]);
+      } else {
+        xg = *reinterpret_cast<const float2*>(xsum + 2 * t + seg * kRows + j * 8);
+      }
+      acc[j][0] = fmaf(mm.y, xg.x, fmaf(mm.x, ga[j][0], acc[j][0]));
+      acc[j][1] = fmaf(mm.y, xg.y, fmaf(mm.x, ga[j][1], acc[j][1]));
+      acc[j][2] = fmaf(mm.w, xg.x, fmaf(mm.z, ga[j][2], acc[j][2]));
+      acc[j][3] = fmaf(mm.w, xg.y, fmaf(mm.z, ga[j][3], acc[j][3]));
     }
   };
   // One tile: kKSteps k-steps, two per ldmatrix.x4 of each token tile. kZeroFirst: the tile starts a group
@@ -582,10 +627,13 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
         ldmatrix_x4(b, xt + j * xj_stride + static_cast<uint32_t>(h * 64));
         if (kHalf || (kZeroFirst && h == 0)) {
           mma_acc<BF16, true>(ga[j], a0, b[0], b[1]);
+          if constexpr (kLoopSums) mma_acc<BF16, true>(xs[j], a_ones, b[0], b[1]);
         } else {
           mma_acc<BF16, false>(ga[j], a0, b[0], b[1]);
+          if constexpr (kLoopSums) mma_acc<BF16, false>(xs[j], a_ones, b[0], b[1]);
         }
         mma_acc<BF16, false>(ga[j], a1, b[2], b[3]);
+        if constexpr (kLoopSums) mma_acc<BF16, false>(xs[j], a_ones, b[2], b[3]);
       }
       if constexpr (kHalf) flush(seg_base + h);
     }
@@ -614,8 +662,8 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       }
     };
     const uint8_t* wp = w_gl + kDepth * 512;  // the tile kDepth ahead
-    uint32_t xa = xb_lane;
-    int seg = 0;
+    uint32_t xa = xb_lane + static_cast<uint32_t>(pc0 * D::kChunkK * 2);
+    int seg = seg0;
     const int n_full = nch / kDepth * kDepth;
     for (int c0 = 0; c0 < n_full; c0 += kDepth) {
       const int ahead = nch - c0 - kDepth;  // tiles after this block: stage u is refilled while u < ahead
@@ -652,10 +700,10 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
         }
       }
     }
-    if constexpr (TPG == 0) flush(0);
+    if constexpr (TPG == 0) flush(seg0);
   };
 
-  if (active) {
+  if (active && nch > 0) {
     if (per_channel) {
       run(std::integral_constant<int, 0>{});
     } else if (p.group_k < D::kChunkK) {
@@ -669,9 +717,31 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
     }
   }
 
-  // ---- Epilogue.
+  // ---- Epilogue. The parts' sums are added into part 0's warps through the (now idle) weight ring.
+  if (p.parts > 1) {
+    if constexpr (fused_parts_supported(MT)) {
+      float* red = reinterpret_cast<float*>(smem);  // [warp][MT * 4][32 lanes]
+      __syncthreads();                              // every warp is out of its ring
+      if (part > 0) {
+#pragma unroll
+        for (int j = 0; j < MT; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) red[(warp * MT * 4 + j * 4 + i) * 32 + lane] = acc[j][i];
+      }
+      __syncthreads();
+      if (part == 0) {
+        for (int q = 1; q < p.parts; ++q) {
+#pragma unroll
+          for (int j = 0; j < MT; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[j][i] += red[((q * rbs + rb) * MT * 4 + j * 4 + i) * 32 + lane];
+        }
+      }
+    }
+  }
+  const bool owner = active && part == 0;  // this warp writes (or adds) its row block's sums
   if (p.num_splits == 1) {
-    if (!active) return;
+    if (!owner) return;
 #pragma unroll
     for (int j = 0; j < MT; ++j) {
 #pragma unroll
@@ -687,7 +757,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   }
   // Split-K: add this slice's sums into the fp32 accumulator [n_pad][kRows] (float2 atomics, L2), then the
   // last CTA of the column block (ticket) finishes it and leaves the accumulator zero for the next call.
-  if (active) {
+  if (owner) {
 #pragma unroll
     for (int j = 0; j < MT; ++j) {
       const int m = j * 8 + 2 * t;
@@ -698,17 +768,19 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       }
     }
   }
-  __threadfence();
+  // One thread takes the ticket after the barrier: its fence orders the whole CTA's atomics before the ticket
+  // (cumulativity through the barrier), and the last CTA's fence after the ticket orders the reads below.
   __syncthreads();
   if (threadIdx.x == 0) {
+    __threadfence();
     const unsigned ticket = atomicAdd(p.tickets + nb, 1u);
     is_last_sh = ticket == static_cast<unsigned>(p.num_splits - 1);
+    if (is_last_sh) __threadfence();
   }
   __syncthreads();
   if (!is_last_sh) return;
-  __threadfence();
-  for (int i = threadIdx.x; i < p.m * kBlockN; i += kThreads) {
-    const int m = i / kBlockN, n = nb * kBlockN + i % kBlockN;
+  for (int i = threadIdx.x; i < p.m * cta_rows; i += kThreads) {
+    const int m = i / cta_rows, n = nb * cta_rows + i % cta_rows;
     if (n >= p.n_pad) continue;
     float* a = p.partial + static_cast<size_t>(n) * kRows + m;
     const float v = __ldcg(a);

@@ -42,6 +42,7 @@ struct Plan {
   int mt = 1;
   int n_blocks = 0;
   int num_splits = 1;
+  int parts = 1;
   int kc = 0;
   int n_seg = 1;
   int smem = 0;
@@ -86,59 +87,120 @@ Status prepare_kernel(const void* func, int smem) {
   return Status::Ok();
 }
 
-// Split count of the fused kernel: the one with the least estimated time, waves of resident CTAs
-// (fused_min_blocks(MT) per SM: 4 at M <= 8, 3 at M <= 16, 2 at M <= 32, 1 above) x (tiles per warp + a fixed
-// cost per CTA), within the K slices the shared-memory budget allows (docs/gemm.md).
-void plan_splits(const GemmParams& p, const WeightLayout& L, int sm_count, Plan* plan) {
+// The fused kernel's launch shape: K parts per CTA (1, 2, 4, 8) and K slices (split-K), the candidate with the
+// least estimated time in µs. At M <= 16 (MT 1, 2) the estimate was fitted to a grid of 36 forced (parts,
+// splits) launches x 7 shapes x M = 1, 4, 16 x int4-g128 / int8 on the H200 (docs/gemm.md, v12):
+//   waves x (max(stream, per_warp) + kFixedUs) + ceil(CTAs / SMs) x kCtaUs + kXStageUsPerMB x X MB staged
+//   + (splits > 1 ? kSplitUs + kSplitUsPerMB x atomics MB : 0)
+// stream = the wave's weight bytes at kStreamBytesPerUs; per_warp = tiles per warp x kTileUs (x kTileMt2 at
+// 16 tokens): one warp's 4-deep ring at the loaded latency, so that few warps cannot stream the chip's
+// bandwidth; kCtaUs the per-CTA prologue and epilogue an SM serializes (the measured optimum is 1-2 CTAs per
+// SM, each warp streaming 16-64 tiles); X MB staged = CTAs x slice x staged rows x 2 bytes; the split-K
+// epilogue grows with its atomics (M x n_pad x splits x 4 bytes). On that grid the planner's choice is within
+// 2% of the grid's best on 29 of the 33 cells whose choice was measured, 11% off at worst (28672x4096 int8
+// M = 16). At M >= 17 (MT 4, 8; not in the grid) the v10 estimate stands: one part, waves x (tiles
+// per warp + 4). Forced counts (GemmParams::num_splits / num_parts) are taken as given, the other one chosen.
+constexpr double kStreamBytesPerUs = 4.77e6;
+constexpr double kTileUs = 0.19;
+constexpr double kTileMt2 = 1.3;
+constexpr double kFixedUs = 1.0;
+constexpr double kCtaUs = 2.75;
+constexpr double kXStageUsPerMB = 0.53;
+constexpr double kSplitUs = 1.1;
+constexpr double kSplitUsPerMB = 3.5;
+constexpr double kV10FixedTiles = 4.0;
+
+Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int max_smem_per_block, Plan* plan) {
   const int chunk = weight_chunk_k(L.format.kind);
   const int gs = L.format.group_size;
-  const int align = std::max(chunk, gs != 0 ? gs : chunk);
-  // The largest slice whose shared memory (fused_smem_bytes: ring, X, fp32 scales, X sums) lets
-  // fused_min_blocks(MT) CTAs share one SM.
-  const int blocks = wq::fused_min_blocks(plan->mt);
-  const int cta_budget = wq::kSmemPerSm / blocks - wq::kSmemReservedPerCta - 64;
-  auto seg_count = [&](int kc) { return (gs == 0 || gs >= L.k_pad()) ? 1 : (kc + gs - 1) / gs; };
-  int kc_max = align;
-  for (int kc = align * 2; kc <= L.k_pad() + align; kc += align) {
-    if (wq::fused_smem_bytes(plan->mt, p.m, kc, seg_count(kc)) > cta_budget) break;
-    kc_max = kc;
-  }
-  const int units = (L.k_pad() + align - 1) / align;  // align-sized pieces of K
-  const int slots = wq::fused_min_blocks(plan->mt) * sm_count;
-  int splits = 1;
-  if (p.num_splits > 0) {
-    splits = p.num_splits;
-  } else {
-    const int min_splits = (L.k_pad() + kc_max - 1) / kc_max;
-    // Each split adds M * n_pad * 4 bytes of atomics: keep them within half of the weight bytes.
-    const double part_per_split = double(p.m) * L.n_pad() * 4.0;
-    const int max_splits =
-        std::max(min_splits, std::min(units, int(std::max(1.0, 0.5 * L.code_bytes() / part_per_split))));
-    // Estimated time: waves x (tiles per warp + kFixedTiles), the per-CTA prologue (X / meta staging, scale
-    // conversion, X sums) and split-K epilogue (atomics, fence, ticket) counted as kFixedTiles tiles of
-    // streaming (fitted to a split sweep on the H200, docs/gemm.md). The fewest splits win ties.
-    constexpr double kFixedTiles = 4.0;
-    splits = min_splits;
-    double best = 0.0;
-    for (int s = min_splits; s <= max_splits; ++s) {
-      const int kc = std::min((units + s - 1) / s * align, kc_max);
-      const int real = (L.k_pad() + kc - 1) / kc;
-      const long long work = 1LL * plan->n_blocks * real;
-      const long long waves = (work + slots - 1) / slots;
-      const double cost = double(waves) * (double(kc) / chunk + kFixedTiles);
-      if (s == min_splits || cost < best - 1e-9) {
-        best = cost;
-        splits = s;
-      }
+  const bool per_channel = gs == 0 || gs >= L.k_pad();
+  const int align = std::max(chunk, per_channel ? chunk : gs);
+  const int tpg = per_channel || gs < chunk ? 1 : gs / chunk;  // tiles per group (a part is whole groups)
+  const int units = (L.k_pad() + align - 1) / align;           // align-sized pieces of K
+  const int row_blocks = L.n_pad() / 16;
+  const int cap = wq::fused_min_blocks(plan->mt);
+  const int smem_limit = std::min(max_smem_per_block, wq::kSmemPerSm - wq::kSmemReservedPerCta);
+  const double weight_bytes = double(L.code_bytes() + L.meta_bytes());
+  const bool fitted = plan->mt <= 2;  // the fitted estimate at M <= 16, the v10 one above
+  // Each split adds M * n_pad * 4 bytes of atomics: keep them within half of the weight bytes.
+  const int max_auto_splits =
+      std::max(1, std::min(units, int(0.5 * double(L.code_bytes()) / (double(p.m) * L.n_pad() * 4.0))));
+
+  struct Candidate {
+    bool ok = false;
+    int parts = 1, splits = 1, kc = 0, n_seg = 1, smem = 0, n_blocks = 0;
+    double cost = 0.0;
+  };
+  // Segments of a slice: groups, or per channel one per part (an upper bound for the last, shorter slice too).
+  auto segs = [&](int kc, int parts) { return per_channel ? parts : (kc + gs - 1) / gs; };
+  auto evaluate = [&](int parts, int kc_max, int want_splits) {
+    Candidate c;
+    c.parts = parts;
+    const int cta_rows = wq::kBlockN / parts;
+    const int kc = std::min(kc_max, std::min(units, (units + want_splits - 1) / want_splits) * align);
+    c.kc = kc;
+    c.splits = (L.k_pad() + kc - 1) / kc;
+    c.n_seg = segs(kc, parts);
+    c.smem = wq::fused_smem_bytes(plan->mt, p.m, kc, c.n_seg, cta_rows);
+    c.n_blocks = (row_blocks + wq::kWarps / parts - 1) / (wq::kWarps / parts);
+    const int resident = std::min(cap, wq::kSmemPerSm / (c.smem + wq::kSmemReservedPerCta));
+    const long long ctas = 1LL * c.n_blocks * c.splits;
+    const long long waves = (ctas + 1LL * resident * sm_count - 1) / (1LL * resident * sm_count);
+    const int slice_tiles = kc / chunk;
+    const int slice_groups = (slice_tiles + tpg - 1) / tpg;
+    if (p.num_parts == 0 && slice_groups < parts) return c;  // some warps would have nothing to stream
+    const int part_tiles = (slice_groups + parts - 1) / parts * tpg;
+    if (fitted) {
+      const double per_warp = part_tiles * kTileUs * (plan->mt == 2 ? kTileMt2 : 1.0);
+      const double stream = weight_bytes / double(waves) / kStreamBytesPerUs;
+      const double x_mb = double(ctas) * kc * wq::fused_x_rows(plan->mt, p.m) * 2.0 / 1e6;
+      const double atomics_mb = double(p.m) * L.n_pad() * c.splits * 4.0 / 1e6;
+      c.cost = double(waves) * (std::max(stream, per_warp) + kFixedUs) +
+               double((ctas + sm_count - 1) / sm_count) * kCtaUs + kXStageUsPerMB * x_mb +
+               (c.splits > 1 ? kSplitUs + kSplitUsPerMB * atomics_mb : 0.0);
+    } else {
+      c.cost = double(waves) * (double(part_tiles) + kV10FixedTiles);
+    }
+    c.ok = true;
+    return c;
+  };
+
+  Candidate best;
+  for (int parts : {1, 2, 4, 8}) {
+    if (p.num_parts > 0 && parts != p.num_parts) continue;
+    if (parts > 1 && !wq::fused_parts_supported(plan->mt)) continue;
+    if (parts > 1 && !fitted && p.num_parts == 0) continue;  // not measured at MT >= 4: one part
+    // The widest slice (a multiple of align) whose shared memory fits one CTA per SM.
+    const int cta_rows = wq::kBlockN / parts;
+    int kc_max = 0;
+    for (int kc = align; kc < L.k_pad() + align; kc += align) {
+      if (wq::fused_smem_bytes(plan->mt, p.m, kc, segs(kc, parts), cta_rows) > smem_limit) break;
+      kc_max = kc;
+    }
+    if (kc_max == 0) continue;
+    const int s_lo = p.num_splits > 0 ? p.num_splits : 1;
+    const int s_hi = p.num_splits > 0 ? p.num_splits : max_auto_splits;
+    int last_kc = -1;
+    for (int s = s_lo; s <= s_hi; ++s) {
+      const int kc = std::min(kc_max, std::min(units, (units + s - 1) / s) * align);
+      if (kc == last_kc) continue;  // the same slice as a smaller split count
+      last_kc = kc;
+      const Candidate c = evaluate(parts, kc_max, s);
+      if (!c.ok) continue;
+      if (!best.ok || c.cost < best.cost - 1e-9) best = c;
     }
   }
-  splits = std::clamp(splits, 1, units);
-  int kc = (units + splits - 1) / splits * align;
-  kc = std::min(kc, kc_max);
-  plan->kc = kc;
-  plan->num_splits = (L.k_pad() + kc - 1) / kc;
-  plan->n_seg = (gs == 0 || gs >= L.k_pad()) ? 1 : (kc + gs - 1) / gs;
-  plan->smem = wq::fused_smem_bytes(plan->mt, p.m, kc, plan->n_seg);
+  if (!best.ok)
+    return Status(StatusCode::kUnsupported, "fused kernel: no K slice of " + L.format.name() + " at M " +
+                                                std::to_string(p.m) + " fits the device's " +
+                                                std::to_string(smem_limit) + " bytes of shared memory per block");
+  plan->parts = best.parts;
+  plan->kc = best.kc;
+  plan->num_splits = best.splits;
+  plan->n_seg = best.n_seg;
+  plan->smem = best.smem;
+  plan->n_blocks = best.n_blocks;
+  return Status::Ok();
 }
 
 Status validate_and_plan(const GemmParams& p, Plan* plan) {
@@ -171,6 +233,8 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
   if (p.bias && reinterpret_cast<uintptr_t>(p.bias) % 4 != 0) return invalid("bias is not 4-byte aligned");
   if (p.num_splits < 0 || p.num_splits > 4096)
     return invalid("num_splits " + std::to_string(p.num_splits) + " must be in 0..4096 (0 = automatic)");
+  if (p.num_parts != 0 && p.num_parts != 1 && p.num_parts != 2 && p.num_parts != 4 && p.num_parts != 8)
+    return invalid("num_parts " + std::to_string(p.num_parts) + " must be 0 (automatic), 1, 2, 4 or 8");
 
   GemmPath path = p.path;
   if (path == GemmPath::kAuto) path = p.m <= kAutoFusedMaxM ? GemmPath::kFused : GemmPath::kDequantCublas;
@@ -188,18 +252,16 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
       return Status(StatusCode::kUnsupported, "fused kernel for " + L.format.name() + " x " +
                                                   gemm_dtype_name(p.x_dtype) + " M " + std::to_string(p.m) +
                                                   " is not compiled");
-    plan->n_blocks = (L.n_pad() + wq::kBlockN - 1) / wq::kBlockN;
-    if (plan->n_blocks > 2147483647 / 2) return invalid("N " + std::to_string(L.n) + " is too large");
+    if (p.num_parts > 1 && !wq::fused_parts_supported(plan->mt))
+      return invalid("num_parts " + std::to_string(p.num_parts) + " is not supported at M " + std::to_string(p.m) +
+                     " (K parts per CTA need M <= 32)");
+    if (L.n_pad() / 16 > 2147483647 / 2) return invalid("N " + std::to_string(L.n) + " is too large");
     DeviceInfo dev;
     QDEC_RETURN_IF_ERROR(current_device_info(&dev));
-    plan_splits(p, L, dev.sm_count, plan);
+    QDEC_RETURN_IF_ERROR(plan_fused(p, L, dev.sm_count, dev.max_smem_per_block_optin, plan));
     if (plan->num_splits > 65535)
       return invalid("K " + std::to_string(L.k) + " needs " + std::to_string(plan->num_splits) +
                      " splits, over the grid limit 65535");
-    if (plan->smem > dev.max_smem_per_block_optin)
-      return Status(StatusCode::kUnsupported, "fused kernel needs " + std::to_string(plan->smem) +
-                                                  " bytes of shared memory; the device allows " +
-                                                  std::to_string(dev.max_smem_per_block_optin));
     if (plan->num_splits > 1) {
       plan->ticket_bytes = round256(size_t(plan->n_blocks) * 4);
       plan->partial_bytes = round256(size_t(L.n_pad()) * plan->mt * 8 * 4);
@@ -221,11 +283,12 @@ Status gemm_workspace_bytes(const GemmParams& p, size_t* bytes) {
   return Status::Ok();
 }
 
-Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits) {
+Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits, int* num_parts) {
   Plan plan;
   QDEC_RETURN_IF_ERROR(validate_and_plan(p, &plan));
   if (path) *path = plan.path;
   if (num_splits) *num_splits = plan.num_splits;
+  if (num_parts) *num_parts = plan.parts;
   return Status::Ok();
 }
 
@@ -265,6 +328,7 @@ Status gemm(const GemmParams& p, cudaStream_t stream) {
     fp.num_groups = L.num_groups();
     fp.kc = plan.kc;
     fp.num_splits = plan.num_splits;
+    fp.parts = plan.parts;
     fp.act = static_cast<int>(p.act);
     fp.y_dtype = static_cast<int>(p.y_dtype);
     fp.zero_point = zp ? 1 : 0;
