@@ -148,7 +148,7 @@ __device__ __forceinline__ void store_y(void* y, int dtype, size_t idx, float v)
 // grid: x = 128-channel CTA columns, y = kTokens token tiles, z = K splits (kt_per_split 64-K tiles each).
 template <class C, bool kGroup>
 __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __grid_constant__ KernelParams p) {
-  extern __shared__ __align__(16) uint8_t smem[];
+  extern __shared__ __align__(128) uint8_t smem[];  // no static __shared__ in this kernel (see the ticket)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int warp_c = warp % C::WC, warp_t = warp / C::WC;
@@ -293,7 +293,10 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
 
   // Fragment (b, mt, i): channel 16 * (nb0 + blk) + g + 8 * (i >> 1), token tok0 + 8 * tile + 2t + (i & 1).
   if (gridDim.z > 1) {
-    __shared__ int s_last;
+    // The flag lives in the (idle) staging buffers: a static __shared__ variable would shift the dynamic shared
+    // memory by 16 bytes, and with it every cp.async destination (measured on the weight-only GEMM, docs/gemm.md
+    // v12: two L2 sectors per 16-byte copy).
+    int* s_last = reinterpret_cast<int*>(smem);
 #pragma unroll
     for (int b = 0; b < C::CB; ++b) {
       const int nb = nb0 + warp_c * C::CB + b;
@@ -309,9 +312,9 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
     __threadfence();
     __syncthreads();
     const unsigned ticket = blockIdx.y * gridDim.x + blockIdx.x;
-    if (tid == 0) s_last = atomicAdd(p.tickets + ticket, 1u) == gridDim.z - 1;
+    if (tid == 0) *s_last = atomicAdd(p.tickets + ticket, 1u) == gridDim.z - 1;
     __syncthreads();
-    if (!s_last) return;
+    if (!*s_last) return;
     __threadfence();
 #pragma unroll
     for (int b = 0; b < C::CB; ++b) {
