@@ -21,6 +21,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "gemm/fused_kernel.cuh"
+
 #define CK(x)                                                                                 \
   do {                                                                                        \
     cudaError_t e_ = (x);                                                                     \
@@ -31,26 +33,23 @@
   } while (0)
 
 namespace {
+using namespace qdec;
 
+// The fused kernel's own copy, wait and shared-load helpers (the probe times its access pattern).
+using wq::and_or;
+using wq::lds128;
 __device__ __forceinline__ uint64_t evict_first() {
-  uint64_t p;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
+  return wq::evict_first_policy();
 }
 __device__ __forceinline__ void cp16(uint32_t s, const void* g, uint64_t pol) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "l"(pol) : "memory");
+  wq::cp_async16_hint(s, g, pol);
 }
 __device__ __forceinline__ void commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  wq::cp_async_commit();
 }
 template <int N>
 __device__ __forceinline__ void wait_group() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ uint4 lds128(uint32_t a) {
-  uint4 r;
-  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(a));
-  return r;
+  wq::cp_async_wait_group<N>();
 }
 __device__ __forceinline__ uint4 ldg_stream(const void* p, uint64_t pol) {
   uint4 r;
@@ -59,17 +58,8 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p, uint64_t pol) {
                : "l"(p), "l"(pol));
   return r;
 }
-__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  ptx::mma16816<true>(d, a, b0, b1);
 }
 // The main loop's arithmetic on one tile (int4 bf16: 4 k-steps, 128 + q by one shift + lop3 per register).
 __device__ __forceinline__ void tile_math(const uint4& v, float (&acc)[4], uint32_t b0, uint32_t b1) {
