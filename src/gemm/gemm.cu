@@ -134,11 +134,11 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
   };
   // Segments of a slice: groups, or per channel one per part (an upper bound for the last, shorter slice too).
   auto segs = [&](int kc, int parts) { return per_channel ? parts : (kc + gs - 1) / gs; };
-  auto evaluate = [&](int parts, int kc_max, int want_splits) {
+  // Candidate with P parts and K slices of kc (a multiple of align that fits shared memory).
+  auto evaluate = [&](int parts, int kc) {
     Candidate c;
     c.parts = parts;
     const int cta_rows = wq::kBlockN / parts;
-    const int kc = std::min(kc_max, std::min(units, (units + want_splits - 1) / want_splits) * align);
     c.kc = kc;
     c.splits = (L.k_pad() + kc - 1) / kc;
     c.n_seg = segs(kc, parts);
@@ -186,7 +186,7 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
       const int kc = std::min(kc_max, std::min(units, (units + s - 1) / s) * align);
       if (kc == last_kc) continue;  // the same slice as a smaller split count
       last_kc = kc;
-      const Candidate c = evaluate(parts, kc_max, s);
+      const Candidate c = evaluate(parts, kc);
       if (!c.ok) continue;
       if (!best.ok || c.cost < best.cost - 1e-9) best = c;
     }
