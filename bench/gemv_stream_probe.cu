@@ -77,8 +77,17 @@ __device__ __forceinline__ void tile_math(const uint4& v, float (&acc)[4], uint3
 }
 
 struct Shape {
-  int nrb, nch, splits;  // 16-row blocks, 512-byte tiles per row block, K slices
+  int nrb, nch, splits;                                         // 16-row blocks, 512-byte tiles per row block, K slices
+  __host__ __device__ int cps() const { return nch / splits; }  // tiles per warp (one slice of one row block)
 };
+
+// This lane's 16 bytes of its warp's first tile (warp = 16-row block blockIdx.x * 8 + warp, slice blockIdx.y);
+// null for a warp past the last row block.
+__device__ __forceinline__ const uint8_t* lane_stream(const uint8_t* w, const Shape& s) {
+  const int nt = blockIdx.x * 8 + threadIdx.x / 32;
+  if (nt >= s.nrb) return nullptr;
+  return w + (size_t(nt) * s.nch + size_t(blockIdx.y) * s.cps()) * 512 + threadIdx.x % 32 * 16;
+}
 
 __global__ void seq_kernel(const uint4* w, size_t n, uint32_t* out) {
   uint32_t x = 0;
@@ -97,10 +106,9 @@ template <int D, bool MATH, int BLOCKS>
 __global__ void __launch_bounds__(256, BLOCKS) ring_kernel(const uint8_t* w, Shape s, uint32_t* out) {
   __shared__ __align__(16) uint8_t ring[D * 8 * 512];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int nt = blockIdx.x * 8 + warp;
-  if (nt >= s.nrb) return;
-  const int cps = s.nch / s.splits;
-  const uint8_t* g = w + (size_t(nt) * s.nch + size_t(blockIdx.y) * cps) * 512 + lane * 16;
+  const uint8_t* g = lane_stream(w, s);
+  if (!g) return;
+  const int cps = s.cps();
   const uint64_t pol = evict_first();
   const uint32_t r0 = uint32_t(__cvta_generic_to_shared(ring)) + warp * 512 + lane * 16;
 #pragma unroll
@@ -131,11 +139,9 @@ __global__ void __launch_bounds__(256, BLOCKS) ring_kernel(const uint8_t* w, Sha
 
 template <int U, int BLOCKS>
 __global__ void __launch_bounds__(256, BLOCKS) reg_kernel(const uint8_t* w, Shape s, uint32_t* out) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int nt = blockIdx.x * 8 + warp;
-  if (nt >= s.nrb) return;
-  const int cps = s.nch / s.splits;
-  const uint8_t* g = w + (size_t(nt) * s.nch + size_t(blockIdx.y) * cps) * 512 + lane * 16;
+  const uint8_t* g = lane_stream(w, s);
+  if (!g) return;
+  const int cps = s.cps();
   const uint64_t pol = evict_first();
   uint4 cur[U];
 #pragma unroll
