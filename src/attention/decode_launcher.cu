@@ -90,22 +90,31 @@ int split_ctas_per_sm(const attention::DecodeKernelInfo& k) {
   return k.k_kind == KvKind::kINT4 || k.v_kind == KvKind::kINT4 || k.head_dim < 128 ? 4 : 2;
 }
 
-// Split count: the fewest splits whose CTAs (one per sequence, kv head and split) fill the resident slots
-// with a last wave at least 90% full; each split keeps >= 4 pipeline stages of work. More splits than
-// needed only add partial-output traffic and per-CTA set-up.
-int choose_splits(int ctas, int slots, int max_len) {
+// Split count from an estimate of the busiest SM's work (fitted to a split sweep on the H200, docs/attention.md
+// v21). A split covers whole 64-token stages, so `s` splits of a max_len sequence give n <= s non-empty splits of
+// `st` stages each; the CTAs (one per sequence, KV head and non-empty split) spread evenly over the SMs, so the
+// busiest SM runs k = ceil(CTAs / SMs) of them, `cap` at a time. A CTA costs its stages plus ~2 (set-up, epilogue,
+// partial write and merge), and an SM running fewer than `cap` CTAs streams slower (fewer warps to hide
+// latency; measured: 2 of 4 slots ~6% slower per stage for int4, 1 slot ~30%). Ties go to fewer splits. This
+// replaced "the fewest splits filling 90% of the slots", which ignored the stage rounding (long 128K int4: 60
+// splits of 35 stages on 4 CTAs/SM, 48.1 us; 64 splits of 32 stages, 45.0 us).
+int choose_splits(int ctas, int sms, int cap, int max_len) {
   const int stage = attention::kStageTokens;
   const int max_splits = std::max(1, std::min(256, max_len / (4 * stage)));
+  const auto rate = [cap](int r) { return r == 1 ? 0.7 : 1.0 - 0.03 * (cap - r); };
+  constexpr double kCtaStages = 2.0;
   int best = 1;
-  double best_eff = 0.0;
+  double best_cost = 0.0;
   for (int s = 1; s <= max_splits; ++s) {
-    const long long work = static_cast<long long>(ctas) * s;
-    const long long waves = (work + slots - 1) / slots;
-    const double eff = static_cast<double>(work) / static_cast<double>(waves * slots);
-    if (eff >= 0.9) return s;
-    if (eff > best_eff) {
-      best_eff = eff;
+    const int per = ((max_len + s - 1) / s + stage - 1) / stage * stage;  // tokens per split, whole stages
+    const int n = (max_len + per - 1) / per;                              // non-empty splits
+    const long long k = (static_cast<long long>(ctas) * n + sms - 1) / sms;
+    const double cta = per / stage + kCtaStages;
+    const long long full = k / cap, rem = k % cap;
+    const double cost = static_cast<double>(full * cap) * cta / rate(cap) + (rem ? rem * cta / rate(int(rem)) : 0.0);
+    if (s == 1 || cost < best_cost * (1.0 - 1e-9)) {
       best = s;
+      best_cost = cost;
     }
   }
   return best;
@@ -216,8 +225,8 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     QDEC_RETURN_IF_ERROR(current_device_info(&dev));
     int occ = 0;
     QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan->kernel, plan->func, &occ));
-    const int slots_per_sm = std::min(occ, split_ctas_per_sm(*plan->kernel));
-    plan->num_splits = choose_splits(p.batch * p.num_kv_heads, dev.sm_count * slots_per_sm, max_len);
+    const int cap = std::min(occ, split_ctas_per_sm(*plan->kernel));
+    plan->num_splits = choose_splits(p.batch * p.num_kv_heads, dev.sm_count, cap, max_len);
   }
   plan->workspace_bytes =
       plan->num_splits > 1
