@@ -665,7 +665,10 @@ struct CaseResult {
   double check_rel_l2 = kNoValue;
   bool paged = false;
   double time_vs_contiguous = kNoValue;  // paged median / contiguous median (--cache both)
-  double append_us = kNoValue;           // --append: median of the fused append of this case's B tokens
+  // --graph: per-call median of CUDA graphs of graph_reps back-to-back calls (no per-launch event floor).
+  double graph_us = kNoValue;
+  double graph_pct_read_ceiling = kNoValue;
+  double append_us = kNoValue;  // --append: median of the fused append of this case's B tokens
   double append_gbps = kNoValue;
   size_t append_bytes = 0;
   double append_pct_of_step = kNoValue;   // append median / this case's decode median
@@ -910,6 +913,11 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
 
   r.time = time_launches(opts, stream, flag, what,
                          [&](int i) { return decode_attention(params[size_t(i) % params.size()], stream); });
+  if (opts.graph && opts.graph_reps > 0) {  // back-to-back calls, as a decode step captured in a graph issues them
+    StepGraph g(stream, opts.graph_reps, what + " graph",
+                [&](int j) { return decode_attention(params[size_t(j) % params.size()], stream); });
+    r.graph_us = time_graphs_interleaved(opts, {&g})[0];
+  }
 
   // --append (paged): the fused append of this step's B new tokens (one per sequence, at position
   // seq_len - 1, so into the pages the step reads last; RoPE rotate-half, theta 10^4) into the same pools,
@@ -997,6 +1005,8 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
 
   r.gbps = double(r.bytes()) / (r.time.median_us * 1e-6) / 1e9;
   r.pct_read_ceiling = 100.0 * r.gbps / ceil.read_gbps;
+  if (has_value(r.graph_us))
+    r.graph_pct_read_ceiling = 100.0 * double(r.bytes()) / (r.graph_us * 1e-6) / 1e9 / ceil.read_gbps;
   return r;
 }
 
@@ -1062,6 +1072,8 @@ json case_json(const Shape& s, const FormatPair& fp, const AttentionBenchOptions
             {"speedup_vs_bf16", has_value(r.speedup_vs_bf16) ? json(r.speedup_vs_bf16) : json(nullptr)}});
   if (has_value(r.check_rel_l2)) j["check_rel_l2"] = r.check_rel_l2;
   if (has_value(r.time_vs_contiguous)) j["time_vs_contiguous"] = r.time_vs_contiguous;
+  if (has_value(r.graph_us))
+    j["graph"] = {{"reps", opts.graph_reps}, {"median_us", r.graph_us}, {"pct_read_ceiling", r.graph_pct_read_ceiling}};
   if (has_value(r.append_us)) {
     j["append"] = {{"median_us", r.append_us},
                    {"bytes", r.append_bytes},
@@ -1084,9 +1096,10 @@ json case_json(const Shape& s, const FormatPair& fp, const AttentionBenchOptions
 
 std::string table_row(const std::string& shape, const std::string& format, const std::string& splits,
                       const std::string& median, const std::string& mb, const std::string& gbps, const std::string& pct,
-                      const std::string& speedup, const std::string& vs_contig) {
-  return fmt::format("{:<32} {:<24} {:>6} {:>11} {:>10} {:>9} {:>9} {:>7} {:>9}\n", shape, format, splits, median, mb,
-                     gbps, pct, speedup, vs_contig);
+                      const std::string& speedup, const std::string& vs_contig, const std::string& graph_us,
+                      const std::string& graph_pct) {
+  return fmt::format("{:<32} {:<24} {:>6} {:>11} {:>10} {:>9} {:>9} {:>7} {:>9} {:>9} {:>8}\n", shape, format, splits,
+                     median, mb, gbps, pct, speedup, vs_contig, graph_us, graph_pct);
 }
 
 int run(const AttentionBenchOptions& opts, std::ostream& out) {
@@ -1147,13 +1160,11 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
   json cases = json::array();
   auto write_json = [&](const std::string& error) {
     if (opts.json_path.empty()) return;
-    json options = {{"formats", opts.formats},       {"shapes", opts.shapes},
-                    {"batch", opts.batch},           {"iters", opts.iters},
-                    {"warmup", opts.warmup},         {"num_splits", opts.num_splits},
-                    {"page_size", opts.page_size},   {"unequal", opts.unequal},
-                    {"cache", opts.cache},           {"append", opts.append},
-                    {"graph_reps", opts.graph_reps}, {"page_order", opts.page_order},
-                    {"check", opts.check},           {"seed", opts.seed}};
+    json options = {{"formats", opts.formats},       {"shapes", opts.shapes},   {"batch", opts.batch},
+                    {"iters", opts.iters},           {"warmup", opts.warmup},   {"num_splits", opts.num_splits},
+                    {"page_size", opts.page_size},   {"unequal", opts.unequal}, {"cache", opts.cache},
+                    {"append", opts.append},         {"graph", opts.graph},     {"graph_reps", opts.graph_reps},
+                    {"page_order", opts.page_order}, {"check", opts.check},     {"seed", opts.seed}};
     json ceilings = {{"copy_bytes", ceil.copy_bytes},
                      {"copy", stats_json(ceil.copy)},
                      {"copy_gbps", ceil.copy_gbps},
@@ -1207,7 +1218,8 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
       out << "\n";
     }
 
-    out << table_row("shape", "format", "splits", "median µs", "bytes MB", "GB/s", "% ceil", "x BF16", "t/contig");
+    out << table_row("shape", "format", "splits", "median µs", "bytes MB", "GB/s", "% ceil", "x BF16", "t/contig",
+                     "graph µs", "% graph");
     std::vector<std::string> append_lines, graph_lines;
     const bool run_contiguous = opts.cache != "paged", run_paged = opts.cache != "contiguous";
     for (size_t si = 0; si < shapes.size(); ++si) {
@@ -1247,7 +1259,9 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
                              fmt::format("{:.2f}", r.bytes() / 1e6), fmt::format("{:.1f}", r.gbps),
                              fmt::format("{:.1f}", r.pct_read_ceiling),
                              has_value(r.speedup_vs_bf16) ? fmt::format("{:.2f}", r.speedup_vs_bf16) : "-",
-                             has_value(r.time_vs_contiguous) ? fmt::format("{:.3f}", r.time_vs_contiguous) : "-");
+                             has_value(r.time_vs_contiguous) ? fmt::format("{:.3f}", r.time_vs_contiguous) : "-",
+                             has_value(r.graph_us) ? fmt::format("{:.2f}", r.graph_us) : "-",
+                             has_value(r.graph_us) ? fmt::format("{:.1f}", r.graph_pct_read_ceiling) : "-");
           }
           out.flush();
           cases.push_back(case_json(shape, fp, opts, r));

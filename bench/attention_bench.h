@@ -35,9 +35,14 @@ struct AttentionBenchOptions {
   // Paged cases also time the fused append (RoPE + quantize + write, one new token per sequence) alone and
   // followed by the attention as its programmatic dependent: us, GB/s, % of the decode step, marginal %.
   bool append = false;
-  // --append: also time `graph_reps` decode steps captured in one CUDA graph, as an engine replays a step:
-  // the append alone, the attention alone, and append + attention (PDL); replays of the two step graphs
-  // alternate, so the marginal cost is a difference of medians taken under the same conditions. 0 = off.
+  // --graph: also time `graph_reps` back-to-back calls captured in one CUDA graph, as an engine replays a decode
+  // step (the "graph µs" / "% graph" columns: per call, without the ~3 us event floor of a single timed launch).
+  // Off by default: the replays keep the GPU at full load ~10x longer per case, and the int4 cases at B = 512
+  // that follow the large 8/16-bit ones then ran 10-18% slower (power-limited SM clock; H200, session 8).
+  bool graph = false;
+  // --append: also the step graphs of `graph_reps` steps: the append alone, the attention alone, and append +
+  // attention (PDL); their replays alternate, so the marginal cost is a difference of medians under the same
+  // conditions. 0 = off (for --graph too).
   int graph_reps = 10;
   // Paged pools: "shuffled" (a random page permutation, the default) or "sequential" (page j of sequence b at
   // b * pages_per_seq + j: the contiguous layout read through a block table; isolates the table's cost from
@@ -77,8 +82,8 @@ void add_attention_bench_options(App* app, AttentionBenchOptions* o) {
   app->add_option("--page-size", o->page_size, "Tokens per tile (power of two, 16..256)")->capture_default_str();
   app->add_option("--cache", o->cache, "KV cache layout: contiguous, paged or both")->capture_default_str();
   app->add_flag("--append", o->append, "Also time the fused append kernel (B new tokens) per case");
-  app->add_option("--graph-reps", o->graph_reps,
-                  "--append: decode steps per CUDA graph for the graph-replay columns (0 = off)")
+  app->add_flag("--graph", o->graph, "Also time each case as a CUDA graph of --graph-reps back-to-back calls");
+  app->add_option("--graph-reps", o->graph_reps, "Calls (--graph) or steps (--append) per CUDA graph (0 = off)")
       ->capture_default_str();
   app->add_option("--page-order", o->page_order, "Paged pools: shuffled or sequential pages")->capture_default_str();
   app->add_flag("--unequal", o->unequal, "Random sequence lengths in [T/2, T] instead of all equal to T");
