@@ -222,7 +222,7 @@ std::vector<Case> all_cases() {
       if (d == 64 && std::strcmp(pr.v, "int4-g8") == 0) continue;  // 8 groups of 8 dims: not an MMA k-step
       for (int gs : {1, 3, 4, 8})
         for (int len : {1, 7, 129, 1000, 8192, 0})
-          for (int splits : {0, 1, 5}) cases.push_back({pr.k, pr.v, d, gs, len, splits});
+          for (int splits : {0, 1, 3, 5}) cases.push_back({pr.k, pr.v, d, gs, len, splits});
     }
   return cases;
 }
