@@ -14,6 +14,21 @@ namespace qdec::attention {
 
 constexpr int kMergeWarps = 8;
 
+// Stores dims 4 * lane .. + 3 of a merged row, acc / sum, in the query dtype.
+__device__ __forceinline__ void store_dims4(void* o, size_t row, int head_dim, int lane, float4 acc, float sum,
+                                            int q_is_fp16) {
+  const float inv = 1.f / sum;
+  const float out[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+  const size_t base = row * head_dim + 4 * lane;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (q_is_fp16)
+      reinterpret_cast<__half*>(o)[base + k] = __float2half_rn(out[k]);
+    else
+      reinterpret_cast<__nv_bfloat16*>(o)[base + k] = __float2bfloat16_rn(out[k]);
+  }
+}
+
 // One CTA of 8 warps per row. The split weights are computed once, in parallel, into shared memory; then
 // warp w sums splits w, w+8, ... with 16-byte loads (lane = 4 dims), so ~num_splits/8 independent loads per
 // lane are in flight instead of num_splits dependent ones (a per-thread serial loop over 60 splits took
@@ -80,16 +95,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
       t.z += u.z;
       t.w += u.w;
     }
-    const float inv = 1.f / sum;
-    const float out[4] = {t.x * inv, t.y * inv, t.z * inv, t.w * inv};
-    const size_t base = row * head_dim + 4 * lane;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (q_is_fp16)
-        reinterpret_cast<__half*>(o)[base + k] = __float2half_rn(out[k]);
-      else
-        reinterpret_cast<__nv_bfloat16*>(o)[base + k] = __float2bfloat16_rn(out[k]);
-    }
+    store_dims4(o, row, head_dim, lane, t, sum, q_is_fp16);
   }
   if (lse && tid == 0) lse[row] = (m + log2f(sum)) * 0.69314718055994531f;
 }
@@ -142,18 +148,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
       acc.w += ws * v.w;
     }
   }
-  if (lane < vecs) {
-    const float inv = 1.f / sum;
-    const float out[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
-    const size_t base = row * head_dim + 4 * lane;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (q_is_fp16)
-        reinterpret_cast<__half*>(o)[base + k] = __float2half_rn(out[k]);
-      else
-        reinterpret_cast<__nv_bfloat16*>(o)[base + k] = __float2bfloat16_rn(out[k]);
-    }
-  }
+  if (lane < vecs) store_dims4(o, row, head_dim, lane, acc, sum, q_is_fp16);
   if (lse && lane == 0) lse[row] = (m + log2f(sum)) * 0.69314718055994531f;
 }
 
