@@ -4,11 +4,13 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "attention/split_plan.h"
 #include "gpu_util.h"
 #include "qdec/attention.h"
 
@@ -153,6 +155,37 @@ TEST(DecodeErrors, RejectedCallLaunchesNothing) {
   std::vector<uint8_t> host(out.bytes());
   QDEC_CUDA_CHECK(cudaMemcpy(host.data(), out.get(), host.size(), cudaMemcpyDeviceToHost));
   for (uint8_t x : host) ASSERT_EQ(x, 0x5A);
+}
+
+// The split planner (host only, no GPU): the counts its estimate picks on an H200 (132 SMs) for the benchmark's
+// shapes, which the split sweep of docs/attention.md v21 measured among the fastest, and its bounds.
+TEST(DecodeSplitPlan, BenchmarkShapesOnH200) {
+  using attention::choose_splits;
+  // (sequence x KV head) pairs, cap (4: int4 or head_dim 64; 2: 8/16-bit at head_dim 128), max_len.
+  EXPECT_EQ(choose_splits(8, 132, 4, 131072), 64);  // long 128K int4: 64 x 32 stages, not 60 x 35
+  EXPECT_EQ(choose_splits(8, 132, 2, 131072), 33);  // long 128K bf16 / int8
+  EXPECT_EQ(choose_splits(8, 132, 4, 32768), 32);   // long 32K int4
+  EXPECT_EQ(choose_splits(32, 132, 4, 8192), 8);    // seed 000 B = 32 int4
+  EXPECT_EQ(choose_splits(32, 132, 2, 8192), 8);    // B = 32 bf16
+  EXPECT_EQ(choose_splits(128, 132, 4, 8192), 4);   // B = 128 int4
+  EXPECT_EQ(choose_splits(128, 132, 2, 8192), 2);   // B = 128 int8
+  EXPECT_EQ(choose_splits(256, 132, 4, 8192), 2);   // B = 256 int4
+  EXPECT_EQ(choose_splits(256, 132, 2, 8192), 1);   // B = 256 int8
+  EXPECT_EQ(choose_splits(512, 132, 4, 8192), 1);   // B = 512
+  EXPECT_EQ(choose_splits(192, 132, 4, 4096), 2);   // SmolLM2 (64 x 3 KV heads, head_dim 64)
+}
+
+TEST(DecodeSplitPlan, Bounds) {
+  using attention::choose_splits;
+  EXPECT_EQ(choose_splits(1, 132, 4, 1), 1);
+  EXPECT_EQ(choose_splits(1, 132, 4, 255), 1);  // splits keep >= 4 stages of 64 tokens
+  EXPECT_EQ(choose_splits(65535 * 8, 132, 4, 8192), 1);
+  for (int len : {256, 1000, 4096, 100000, 1 << 20})
+    for (int ctas : {1, 7, 64, 1000}) {
+      const int s = choose_splits(ctas, 132, 4, len);
+      EXPECT_GE(s, 1) << "ctas " << ctas << " len " << len;
+      EXPECT_LE(s, std::max(1, std::min(256, len / 256))) << "ctas " << ctas << " len " << len;
+    }
 }
 
 }  // namespace

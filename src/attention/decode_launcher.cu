@@ -11,10 +11,45 @@
 #include "attention/decode_dispatch.h"
 #include "attention/decode_kernel.cuh"
 #include "attention/decode_merge.h"
+#include "attention/split_plan.h"
 #include "qdec/attention.h"
 #include "runtime/cuda_check.h"
 
 namespace qdec {
+
+namespace attention {
+
+// Split count from an estimate of the busiest SM's work (fitted to a split sweep on the H200, docs/attention.md
+// v21). A split covers whole 64-token stages, so `s` splits of a max_len sequence give n <= s non-empty splits of
+// `st` stages each; the CTAs (one per sequence, KV head and non-empty split) spread evenly over the SMs, so the
+// busiest SM runs k = ceil(CTAs / SMs) of them, `cap` at a time. A CTA costs its stages plus ~2 (set-up, epilogue,
+// partial write and merge), and an SM running fewer than `cap` CTAs streams slower (fewer warps to hide
+// latency; measured: 2 of 4 slots ~6% slower per stage for int4, 1 slot ~30%). Ties go to fewer splits. This
+// replaced "the fewest splits filling 90% of the slots", which ignored the stage rounding (long 128K int4: 60
+// splits of 35 stages on 4 CTAs/SM, 48.1 us; 64 splits of 32 stages, 45.0 us).
+int choose_splits(int ctas, int sms, int cap, int max_len) {
+  const int stage = kStageTokens;
+  const int max_splits = std::max(1, std::min(256, max_len / (4 * stage)));
+  const auto rate = [cap](int r) { return r == 1 ? 0.7 : 1.0 - 0.03 * (cap - r); };
+  constexpr double kCtaStages = 2.0;
+  int best = 1;
+  double best_cost = 0.0;
+  for (int s = 1; s <= max_splits; ++s) {
+    const int per = ((max_len + s - 1) / s + stage - 1) / stage * stage;  // tokens per split, whole stages
+    const int n = (max_len + per - 1) / per;                              // non-empty splits
+    const long long k = (static_cast<long long>(ctas) * n + sms - 1) / sms;
+    const double cta = per / stage + kCtaStages;
+    const long long full = k / cap, rem = k % cap;
+    const double cost = static_cast<double>(full * cap) * cta / rate(cap) + (rem ? rem * cta / rate(int(rem)) : 0.0);
+    if (s == 1 || cost < best_cost * (1.0 - 1e-9)) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+}  // namespace attention
 
 const char* dtype_name(DType d) {
   return d == DType::kBF16 ? "bf16" : "fp16";
@@ -88,36 +123,6 @@ Status kernel_occupancy(const DecodeKernelInfo& k, const void* func, int* blocks
 // CTA (head_dim 64 fits one) doubled that shape's splits for a loss (int4: 5 splits 34.1 us, 10 splits 40.1).
 int split_ctas_per_sm(const attention::DecodeKernelInfo& k) {
   return k.k_kind == KvKind::kINT4 || k.v_kind == KvKind::kINT4 || k.head_dim < 128 ? 4 : 2;
-}
-
-// Split count from an estimate of the busiest SM's work (fitted to a split sweep on the H200, docs/attention.md
-// v21). A split covers whole 64-token stages, so `s` splits of a max_len sequence give n <= s non-empty splits of
-// `st` stages each; the CTAs (one per sequence, KV head and non-empty split) spread evenly over the SMs, so the
-// busiest SM runs k = ceil(CTAs / SMs) of them, `cap` at a time. A CTA costs its stages plus ~2 (set-up, epilogue,
-// partial write and merge), and an SM running fewer than `cap` CTAs streams slower (fewer warps to hide
-// latency; measured: 2 of 4 slots ~6% slower per stage for int4, 1 slot ~30%). Ties go to fewer splits. This
-// replaced "the fewest splits filling 90% of the slots", which ignored the stage rounding (long 128K int4: 60
-// splits of 35 stages on 4 CTAs/SM, 48.1 us; 64 splits of 32 stages, 45.0 us).
-int choose_splits(int ctas, int sms, int cap, int max_len) {
-  const int stage = attention::kStageTokens;
-  const int max_splits = std::max(1, std::min(256, max_len / (4 * stage)));
-  const auto rate = [cap](int r) { return r == 1 ? 0.7 : 1.0 - 0.03 * (cap - r); };
-  constexpr double kCtaStages = 2.0;
-  int best = 1;
-  double best_cost = 0.0;
-  for (int s = 1; s <= max_splits; ++s) {
-    const int per = ((max_len + s - 1) / s + stage - 1) / stage * stage;  // tokens per split, whole stages
-    const int n = (max_len + per - 1) / per;                              // non-empty splits
-    const long long k = (static_cast<long long>(ctas) * n + sms - 1) / sms;
-    const double cta = per / stage + kCtaStages;
-    const long long full = k / cap, rem = k % cap;
-    const double cost = static_cast<double>(full * cap) * cta / rate(cap) + (rem ? rem * cta / rate(int(rem)) : 0.0);
-    if (s == 1 || cost < best_cost * (1.0 - 1e-9)) {
-      best = s;
-      best_cost = cost;
-    }
-  }
-  return best;
 }
 
 Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
@@ -226,7 +231,7 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     int occ = 0;
     QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan->kernel, plan->func, &occ));
     const int cap = std::min(occ, split_ctas_per_sm(*plan->kernel));
-    plan->num_splits = choose_splits(p.batch * p.num_kv_heads, dev.sm_count, cap, max_len);
+    plan->num_splits = attention::choose_splits(p.batch * p.num_kv_heads, dev.sm_count, cap, max_len);
   }
   plan->workspace_bytes =
       plan->num_splits > 1

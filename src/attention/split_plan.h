@@ -1,0 +1,10 @@
+// Split-K planning of decode attention (defined in decode_launcher.cu); host only, declared here for the tests.
+#pragma once
+
+namespace qdec::attention {
+
+// Split count for `ctas` (sequence, KV head) pairs of up to max_len tokens on `sms` SMs, planning for at most `cap`
+// resident CTAs per SM: the cheapest by an estimate of the busiest SM's work (docs/attention.md, v21).
+int choose_splits(int ctas, int sms, int cap, int max_len);
+
+}  // namespace qdec::attention
