@@ -9,6 +9,7 @@
 
 #include "attention/decode_merge.h"
 #include "runtime/cuda_check.h"
+#include "runtime/ptx.cuh"
 
 namespace qdec::attention {
 
@@ -122,10 +123,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   float4* my = stage_s + warp * num_splits * 32;
   if (lane < vecs) {
     const float4* src = reinterpret_cast<const float4*>(part_o + row * num_splits * head_dim) + lane;
-    for (int s = 0; s < num_splits; ++s) {
-      const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(my + s * 32 + lane));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src + static_cast<size_t>(s) * vecs));
-    }
+    for (int s = 0; s < num_splits; ++s) ptx::cp_async16(my + s * 32 + lane, src + static_cast<size_t>(s) * vecs);
   }
   asm volatile("cp.async.commit_group;\n" ::);
   const float l = lane < num_splits ? part_lse[row * num_splits + lane] : -INFINITY;
