@@ -170,6 +170,11 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
     if (o.splits < 0 || o.splits > 4096) throw BenchError("--splits must be in 0..4096");
     if (o.parts != 0 && o.parts != 1 && o.parts != 2 && o.parts != 4 && o.parts != 8)
       throw BenchError("--parts must be 0, 1, 2, 4 or 8");
+    if (o.x_staging != "auto" && o.x_staging != "slice" && o.x_staging != "ring")
+      throw BenchError("--x-staging must be auto, slice or ring, not '" + o.x_staging + "'");
+    const GemmXStaging x_staging = o.x_staging == "slice"  ? GemmXStaging::kSlice
+                                   : o.x_staging == "ring" ? GemmXStaging::kRing
+                                                           : GemmXStaging::kAuto;
     if (o.dtype != "bf16" && o.dtype != "fp16") throw BenchError("--dtype must be bf16 or fp16");
     const GemmDType dt = o.dtype == "bf16" ? GemmDType::kBF16 : GemmDType::kFP16;
     GemmPath path = GemmPath::kAuto;
@@ -325,11 +330,13 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               }
               p.num_splits = p.path == GemmPath::kDequantCublas ? 0 : o.splits;
               p.num_parts = p.path == GemmPath::kDequantCublas ? 0 : o.parts;
+              p.x_staging = p.path != GemmPath::kDequantCublas && m <= 16 ? x_staging : GemmXStaging::kAuto;
               size_t wsb = 0;
               check_status(gemm_workspace_bytes(p, &wsb), "workspace");
               GemmPath used;
               int splits = 0, parts = 0;
-              check_status(gemm_plan(p, &used, &splits, &parts), "plan");
+              GemmXStaging staged = GemmXStaging::kAuto;
+              check_status(gemm_plan(p, &used, &splits, &parts, &staged), "plan");
               Buf ws(wsb);
               if (wsb) BENCH_CUDA(cudaMemset(ws.get(), 0, wsb));
               p.workspace = ws.get();
@@ -348,7 +355,8 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               const double g_us = graph ? timer.time_graph(o.graph_reps, o.iters, launch) : 0.0;
               const bool is_auto = path == GemmPath::kAuto && (used == GemmPath::kFused) == (m <= kAutoFusedMaxM);
               const std::string pth =
-                  (used == GemmPath::kFused ? fmt::format("{} s{}p{}", pdl_row ? "fused-pdl" : "fused", splits, parts)
+                  (used == GemmPath::kFused ? fmt::format("{} s{}p{}{}", pdl_row ? "fused-pdl" : "fused", splits, parts,
+                                                          staged == GemmXStaging::kRing ? "r" : "")
                                             : std::string("dequant+cublaslt")) +
                   (both && is_auto && !pdl_row ? "*" : "");
               rows.push_back({pk.f.name(), pth, us, double(pk.L.code_bytes() + pk.L.meta_bytes()), mhz, g_us, false});

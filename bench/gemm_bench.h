@@ -23,9 +23,10 @@ struct GemmBenchOptions {
   int graph_reps = 20;  // M <= 64: also time `graph_reps` back-to-back launches as one CUDA graph (0 = off)
   int splits = 0;       // fused path: 0 = the library's split-K choice, >= 1 forces it (GemmParams::num_splits)
   int parts = 0;        // fused path: 0 = the library's choice, 1/2/4/8 forces K parts per CTA (GemmParams::num_parts)
-  double warm_ms = 0;   // keep the GPU busy with each case this long before its timed batch (clock ramp-up)
-  bool conv = false;    // also time the ResNet-50 conv layers (qdec conv2d, fp16 input)
-  bool conv_only = false;  // only the conv layers
+  std::string x_staging = "auto";  // fused path, M <= 16: auto, slice or ring (GemmParams::x_staging)
+  double warm_ms = 0;              // keep the GPU busy with each case this long before its timed batch (clock ramp-up)
+  bool conv = false;               // also time the ResNet-50 conv layers (qdec conv2d, fp16 input)
+  bool conv_only = false;          // only the conv layers
   int conv_batch = 8;
   bool check = false;  // before timing, check each format/M against the CPU reference on a small problem
   bool pdl = false;    // also time the fused path launched with GemmParams::pdl (graph column: back-to-back calls)
@@ -47,6 +48,10 @@ void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
   app->add_option("--path", o->path, "auto, fused or dequant (dequant = dequantize + cuBLASLt)")->capture_default_str();
   app->add_option("--splits", o->splits, "Force the fused path's split-K count (0 = automatic)")->capture_default_str();
   app->add_option("--parts", o->parts, "Force the fused path's K parts per CTA, 1/2/4/8 (0 = automatic)")
+      ->capture_default_str();
+  app->add_option(
+         "--x-staging", o->x_staging,
+         "Fused path at M <= 16: how X is staged, auto, slice or ring (the path column ends in 'r' for the ring)")
       ->capture_default_str();
   app->add_option("--warm-ms", o->warm_ms,
                   "Run each case this many ms before timing it (lets the SM clock ramp up; see the SM MHz column)")

@@ -39,6 +39,7 @@ struct Case {
   bool bias;
   GemmDType y_dtype;
   int parts = 0;  // GemmParams::num_parts (0 = automatic)
+  GemmXStaging staging = GemmXStaging::kAuto;
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -49,7 +50,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                    : c.path == GemmPath::kFused ? "fused"
                                                 : "dequant") +
                   "_s" + std::to_string(c.splits) + (c.parts ? "_p" + std::to_string(c.parts) : "") + "_" +
-                  activation_name(c.act) + (c.bias ? "_bias" : "") + "_y" + gemm_dtype_name(c.y_dtype);
+                  activation_name(c.act) + (c.bias ? "_bias" : "") + "_y" + gemm_dtype_name(c.y_dtype) +
+                  (c.staging != GemmXStaging::kAuto ? std::string("_") + gemm_x_staging_name(c.staging) : "");
   for (char& ch : s)
     if (ch == '-') ch = '_';
   return s;
@@ -159,15 +161,20 @@ TEST_P(GemmGpu, MatchesFloat64Reference) {
   p.path = c.path;
   p.num_splits = c.splits;
   p.num_parts = c.parts;
+  p.x_staging = c.staging;
   DeviceBuffer ws;
   ASSERT_NO_FATAL_FAILURE(attach_workspace(&p, &ws));
   GemmPath path;
   int splits = 0, parts = 0;
-  QDEC_ASSERT_OK(gemm_plan(p, &path, &splits, &parts));
+  GemmXStaging staged = GemmXStaging::kAuto;
+  QDEC_ASSERT_OK(gemm_plan(p, &path, &splits, &parts, &staged));
   SCOPED_TRACE(std::string("path ") + gemm_path_name(path) + ", splits " + std::to_string(splits) + ", parts " +
-               std::to_string(parts));
+               std::to_string(parts) + ", X " + gemm_x_staging_name(staged));
   if (c.parts > 0 && path == GemmPath::kFused) {
     EXPECT_EQ(parts, c.parts);
+  }
+  if (c.staging != GemmXStaging::kAuto) {
+    EXPECT_EQ(staged, c.staging);
   }
   // Twice: the second call checks that the split-K tickets were left at zero.
   for (int rep = 0; rep < 2; ++rep) {
@@ -211,13 +218,29 @@ std::vector<Case> gemm_cases() {
   // Long slices through the fused kernel's unrolled ring blocks, whose group ends sit at fixed positions: every
   // tiles-per-group count (int4 g32: two groups per tile, g64: 1, g128: 2; int8 g32: 1, g64: 2, g128: 4; per
   // channel: none), the K tail (K = 4160: the last int4 g128 group is one tile), one and two splits, both token
-  // tiles of the decode sizes (M = 1, 5: MT 1; M = 16: MT 2).
+  // tiles of the decode sizes (M = 1, 5: MT 1; M = 12, 16: MT 2, at 12 with token rows past M), with X staged
+  // as a whole slice and through the two-slot ring (v13: its last ring block partial, the CTA's last row blocks
+  // past N = 200 joining the ring's barriers without weights).
   for (const char* fmt :
        {"int4-g32", "int4-g64", "int4-g128", "int4", "int4zp-g64", "int8-g32", "int8-g64", "int8-g128", "int8"}) {
     for (GemmDType d : {bf, hf}) {
-      for (int m : {1, 5, 16}) {
-        for (int s : {1, 2}) v.push_back({fmt, d, m, 200, 4160, GemmPath::kFused, s, Activation::kNone, false, d});
+      for (int m : {1, 5, 12, 16}) {
+        for (int s : {1, 2}) {
+          for (GemmXStaging st : {GemmXStaging::kSlice, GemmXStaging::kRing}) {
+            v.push_back({fmt, d, m, 200, 4160, GemmPath::kFused, s, Activation::kNone, false, d, 0, st});
+          }
+        }
       }
+    }
+  }
+  // The ring over a long K (every CTA streams 56 ring blocks) with bias, clamp and fp32 Y, and one ring block
+  // that is all of K (K = 256: int4) or less (K = 200).
+  for (GemmDType d : {bf, hf}) {
+    for (const char* fmt : {"int4-g128", "int8"}) {
+      v.push_back({fmt, d, 16, 300, 14336, GemmPath::kFused, 1, Activation::kReLU, true, GemmDType::kFP32, 1,
+                   GemmXStaging::kRing});
+      v.push_back({fmt, d, 3, 40, 256, GemmPath::kFused, 1, Activation::kNone, false, d, 1, GemmXStaging::kRing});
+      v.push_back({fmt, d, 9, 40, 200, GemmPath::kFused, 0, Activation::kReLU6, true, d, 0, GemmXStaging::kRing});
     }
   }
   // K parts per CTA (v12): the same long slices split into 2, 4 and 8 parts of whole groups, the last part
@@ -731,6 +754,28 @@ TEST(GemmErrors, FusedPathLimitAndWorkspace) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
   EXPECT_NE(s.message().find("num_parts 2"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("M 33"), std::string::npos) << s.message();
+  // The X ring: M <= 16, one part, 16-byte X rows; an out-of-range value.
+  p.num_parts = 0;
+  p.m = 17;
+  p.x_staging = GemmXStaging::kRing;
+  s = gemm(p, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("M 17"), std::string::npos) << s.message();
+  p.m = 4;
+  p.num_parts = 2;
+  s = gemm(p, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("num_parts is 2"), std::string::npos) << s.message();
+  p.num_parts = 0;
+  p.ldx = 4100;  // rows not 16-byte aligned
+  s = gemm(p, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("ldx 4100"), std::string::npos) << s.message();
+  p.ldx = 0;
+  p.x_staging = static_cast<GemmXStaging>(7);
+  s = gemm(p, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("x_staging 7"), std::string::npos) << s.message();
 }
 
 TEST(ConvErrors, BadGeometry) {

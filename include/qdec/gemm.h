@@ -33,6 +33,13 @@ const char* activation_name(Activation a);
 enum class GemmPath : uint8_t { kAuto = 0, kFused, kDequantCublas };
 const char* gemm_path_name(GemmPath p);
 
+// How the fused kernel stages X in shared memory: the CTA's whole K slice in its prologue (kSlice), or through a
+// ring of two slots of one ring block each (kRing: 256 K values for int4, 128 for int8), refilled as the warps
+// stream their weight tiles, so that shared memory does not grow with the slice. kRing needs M <= 16, one K part
+// per CTA and 16-byte X rows (K % 8 == 0, ldx % 8 == 0, X 16-byte aligned). kAuto takes the ring where it can.
+enum class GemmXStaging : uint8_t { kAuto = 0, kSlice, kRing };
+const char* gemm_x_staging_name(GemmXStaging s);
+
 // Largest M the fused kernel takes.
 constexpr int kFusedMaxM = 64;
 // Largest M for which kAuto picks the fused kernel (measured on the H200, docs/gemm.md: above it the dequantize +
@@ -62,6 +69,7 @@ struct GemmParams {
   // Fused path: 0 = automatic, 1 / 2 / 4 / 8 forces the K parts per CTA (each CTA then covers 128 / num_parts
   // output channels of one K slice, its parts added in shared memory; > 1 needs M <= 32).
   int num_parts = 0;
+  GemmXStaging x_staging = GemmXStaging::kAuto;  // fused path, M <= 16 (above: always the slice)
   // Fused path: launch as a programmatic dependent (CUDA PDL), so that the kernel's CTAs start, and request W
   // and its scales, while the previous kernel of the stream is still finishing; X, Y, bias and the workspace are
   // read or written only after that kernel has completed. So W must not be written by the kernel launched just
@@ -77,7 +85,8 @@ struct GemmParams {
 Status gemm_workspace_bytes(const GemmParams& p, size_t* bytes);
 // The path kAuto resolves to, the fused split count and K parts per CTA (1 and 1 for the cuBLASLt path), after
 // validation. Null outputs are skipped.
-Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits, int* num_parts = nullptr);
+Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits, int* num_parts = nullptr,
+                 GemmXStaging* x_staging = nullptr);
 // Validate, then launch on `stream`. On error nothing is launched.
 Status gemm(const GemmParams& p, cudaStream_t stream);
 

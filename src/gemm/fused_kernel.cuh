@@ -75,6 +75,8 @@ struct FusedParams {
   int y_dtype;     // GemmDType
   int zero_point;  // int4: second meta half is a zero point (w = (q - z) s) instead of an offset
   int x_vec;       // X rows can be read with 16-byte loads (K % 8 == 0, ldx % 8 == 0, X 16-byte aligned)
+  int x_ring;      // X streamed through two shared-memory slots of fused_ring_k() K values (MT <= 2, one part,
+                   // x_vec), refilled one ring block ahead; else the whole K slice is staged in the prologue
   int pdl;         // launched as a programmatic dependent: W and meta are requested before the previous kernel of
                    // the stream has finished, X, Y and the workspace are touched only after it has
 };
@@ -89,7 +91,7 @@ struct FusedParams {
 #define QDEC_FUSED_MT1_DEPTH 4
 #endif
 #ifndef QDEC_FUSED_MT2_BLOCKS
-#define QDEC_FUSED_MT2_BLOCKS 3
+#define QDEC_FUSED_MT2_BLOCKS 2
 #endif
 #ifndef QDEC_FUSED_MT2_DEPTH
 #define QDEC_FUSED_MT2_DEPTH 4
@@ -102,11 +104,18 @@ __host__ __device__ constexpr int fused_depth(int mt) {
 }
 
 // Dynamic shared memory of a launch: weight ring (kDepth stages x 8 warps x 512 bytes; reused for the parts'
-// reduction), X slice (at MT = 1 only min(M, 8) rows are staged), per-(segment, row pair) fp32 scale/offset (16
-// bytes) and the fp16 meta it is converted from (4 bytes per segment and row). cta_rows: output channels per CTA
-// (128 / parts).
+// reduction), X (the whole K slice, or two ring slots of fused_ring_k K values; at MT = 1 only min(M, 8) rows),
+// the slice's fp16 meta (4 bytes per segment and row) and, at MT >= 4, the X sums. cta_rows: output channels per
+// CTA (128 / parts).
 __host__ __device__ constexpr int fused_x_rows(int mt, int m) {
   return mt == 1 ? (m < 8 ? m : 8) : mt * 8;
+}
+// K values per X ring slot: one ring block of kDepth weight tiles (chunk_k: 64 for int4, 32 for int8).
+__host__ __device__ constexpr int fused_ring_k(int mt, int chunk_k) {
+  return fused_depth(mt) * chunk_k;
+}
+__host__ __device__ constexpr bool fused_ring_supported(int mt) {
+  return mt <= 2;
 }
 // X sums per (group, token): from the main loop's B fragments at MT <= 2, else by a prologue pass over the
 // staged slice (partials of up to max(n_seg, 8) tasks, then the reduced n_seg rows in shared memory).
@@ -116,9 +125,11 @@ __host__ __device__ constexpr bool fused_loop_sums(int mt) {
 __host__ __device__ constexpr int fused_xsum_tasks(int n_seg) {
   return n_seg < 8 ? 8 : n_seg;
 }
-__host__ __device__ constexpr int fused_smem_bytes(int mt, int m, int kc, int n_seg, int cta_rows) {
-  return fused_depth(mt) * kWarps * 512 + fused_x_rows(mt, m) * (kc + kXPadHalves) * 2 + n_seg * (cta_rows / 2) * 16 +
-         n_seg * cta_rows * 4 + (fused_loop_sums(mt) ? 0 : (fused_xsum_tasks(n_seg) + n_seg) * mt * 8 * 4);
+// ring_k: K values per X ring slot, 0 = the whole slice of kc staged.
+__host__ __device__ constexpr int fused_smem_bytes(int mt, int m, int kc, int n_seg, int cta_rows, int ring_k) {
+  return fused_depth(mt) * kWarps * 512 +
+         fused_x_rows(mt, m) * (ring_k > 0 ? 2 * (ring_k + kXPadHalves) : kc + kXPadHalves) * 2 + n_seg * cta_rows * 4 +
+         (fused_loop_sums(mt) ? 0 : (fused_xsum_tasks(n_seg) + n_seg) * mt * 8 * 4);
 }
 // The parts' reduction reuses the weight ring: 8 warps x 32 lanes x MT * 4 fp32 sums.
 __host__ __device__ constexpr bool fused_parts_supported(int mt) {
@@ -355,7 +366,10 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   using D = Dequant<BITS, BF16>;
   constexpr int kDepth = fused_depth(MT);
   constexpr int kRows = MT * 8;
-  constexpr bool kLoopSums = fused_loop_sums(MT);
+  // int8 with bf16 X dequantizes to the exact code (no magic number, no offset): its flush needs no X sums (v13;
+  // before, a quarter to a half of its MMAs summed X for a term multiplied by zero).
+  constexpr bool kSums = !(BITS == 8 && BF16);
+  constexpr bool kLoopSums = kSums && fused_loop_sums(MT);
   extern __shared__ __align__(128) uint8_t smem[];  // no static __shared__ in this kernel (see the ticket)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -365,7 +379,6 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   const int rbs = kWarps / p.parts;
   const int rb = warp % rbs, part = warp / rbs;
   const int cta_rows = rbs * 16;
-  const int row_pairs = rbs * 8;  // (row g, row g + 8) pairs of a CTA
   const int k0 = split * p.kc;
   const int k1 = min(k0 + p.kc, p.k_pad);
   const int slice = k1 - k0;
@@ -380,15 +393,18 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   const int seg_len = per_channel ? part_tiles * D::kChunkK : p.group_k;
   const int n_seg = (slice + seg_len - 1) / seg_len;
   const int seg0 = pc0 * D::kChunkK / seg_len;  // this part's first segment
-  const int xs_stride = p.kc + kXPadHalves;
+  // X in shared memory: the whole slice (row stride kc + pad), or two ring slots of kRingK (p.x_ring).
+  constexpr int kRingK = fused_ring_k(MT, D::kChunkK);
+  const bool x_ring = fused_ring_supported(MT) && p.x_ring;
+  const int xs_stride = (x_ring ? kRingK : p.kc) + kXPadHalves;
+  const int xslot_halves = fused_x_rows(MT, p.m) * xs_stride;  // one ring slot
 
   const int xrows = min(p.m, kRows);
   const uint32_t ring_sh = static_cast<uint32_t>(__cvta_generic_to_shared(smem));  // [kDepth][kWarps][512 B]
   uint16_t* x_sh = reinterpret_cast<uint16_t*>(smem + kDepth * kWarps * 512);
-  float4* meta_sh = reinterpret_cast<float4*>(x_sh + fused_x_rows(MT, p.m) * xs_stride);  // [n_seg][row_pairs]
-  uint8_t* meta16_sh = reinterpret_cast<uint8_t*>(meta_sh + n_seg * row_pairs);           // [n_seg][cta_rows] fp16 meta
-  float* xpart_sh = reinterpret_cast<float*>(meta16_sh + n_seg * cta_rows * 4);           // MT >= 4: [tasks][kRows]
-  float* xsum_sh = xpart_sh + fused_xsum_tasks(n_seg) * kRows;                            // MT >= 4: [n_seg][kRows]
+  uint8_t* meta16_sh = reinterpret_cast<uint8_t*>(x_sh + (x_ring ? 2 : 1) * xslot_halves);  // [n_seg][cta_rows] fp16
+  float* xpart_sh = reinterpret_cast<float*>(meta16_sh + n_seg * cta_rows * 4);             // MT >= 4: [tasks][kRows]
+  float* xsum_sh = xpart_sh + fused_xsum_tasks(n_seg) * kRows;                              // MT >= 4: [n_seg][kRows]
   const float* xsum = xpart_sh;  // MT >= 4: [n_seg][kRows] sums of X per (segment, token)
 
   // Under PDL, the next kernel of the stream may be scheduled as this grid's CTAs leave (it waits for this one
@@ -413,13 +429,41 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
                            static_cast<uint32_t>((lrow * xs_stride + 8 * (lane >> 3)) * 2);
   const uint32_t xj_stride = static_cast<uint32_t>(8 * xs_stride * 2);  // bytes between token tiles
 
-  // ---- Prologue: stage X[0 .. rows) x [k0, k1) (zeros past K) and the slice's meta by cp.async, request the
-  // first kDepth weight tiles, then (once the staging has landed) convert the scales to fp32 and sum X per group.
+  // X ring (p.x_ring): slot b & 1 takes X[0 .. xrows) x [k0 + b * kRingK, + kRingK) of ring block b (zeros
+  // past K), by 16-byte cp.async of the whole CTA (x_vec holds); the rows past M of the MMA's token tiles (MT =
+  // 2) are zeroed once in the prologue.
+  const uint16_t* x_gl = static_cast<const uint16_t*>(p.x);
+  auto stage_x_block = [&](int b) {
+    constexpr int kVecs = kRingK / 8;
+    const int kb = k0 + b * kRingK;
+    uint16_t* slot = x_sh + (b & 1) * xslot_halves;
+    for (int i = threadIdx.x; i < xrows * kVecs; i += kThreads) {
+      const int r = i / kVecs, c = (i % kVecs) * 8;
+      uint16_t* dst = slot + r * xs_stride + c;
+      if (kb + c < p.k) {
+        cp_async16(dst, x_gl + r * p.ldx + kb + c);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+
+  // ---- Prologue: stage X[0 .. rows) x [k0, k1) (zeros past K; with the ring only its first block) and the
+  // slice's meta by cp.async, request the first kDepth weight tiles, and at MT >= 4 sum X per group once the
+  // staging has landed.
   {
     const int zrows = MT == 1 ? xrows : kRows;
     auto stage_x = [&]() {
-      const uint16_t* x_gl = static_cast<const uint16_t*>(p.x);
-      if (p.x_vec && MT == 1) {
+      if (x_ring) {
+        stage_x_block(0);
+        if constexpr (MT > 1) {
+          for (int i = threadIdx.x; i < 2 * (kRows - xrows) * (kRingK / 8); i += kThreads) {
+            const int r = xrows + (i / (kRingK / 8)) % (kRows - xrows), c = (i % (kRingK / 8)) * 8;
+            *reinterpret_cast<uint4*>(x_sh + (i >= (kRows - xrows) * (kRingK / 8) ? xslot_halves : 0) + r * xs_stride +
+                                      c) = make_uint4(0, 0, 0, 0);
+          }
+        }
+      } else if (p.x_vec && MT == 1) {
         const int vecs = slice / 8;
         for (int r = 0; r < zrows; ++r) {
           for (int v = threadIdx.x; v < vecs; v += kThreads) {
@@ -498,30 +542,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       cp_async_wait_group<0>();  // X, and with it the meta and the first tiles
     }
     __syncthreads();
-    // Scales: per (segment, row pair g / g + 8 of a warp) the fp32 (s_g, o_g, s_g+8, o_g+8) the group flush
-    // applies, with the magic number, the zero point and the x1/16 of the fp16 int4 rows g + 8 folded in, so
-    // that a flush is one 16-byte shared load. Rows past n_pad and groups past K are zero.
-    for (int e = threadIdx.x; e < n_seg * row_pairs; e += kThreads) {
-      const int seg = e / row_pairs, rp = e % row_pairs;
-      const int lr0 = (rp / 8) * 16 + (rp % 8);  // CTA-local row g of row block rp / 8
-      const uint8_t* m16 = meta16_sh + static_cast<size_t>(seg) * cta_rows * 4;
-      float s0, s1, o0 = 0.f, o1 = 0.f;
-      if constexpr (BITS == 4) {
-        const float2 f0 = __half22float2(reinterpret_cast<const __half2*>(m16)[lr0]);
-        const float2 f1 = __half22float2(reinterpret_cast<const __half2*>(m16)[lr0 + 8]);
-        s0 = f0.x;
-        s1 = f1.x;
-        o0 = p.zero_point ? -f0.y * f0.x : f0.y;
-        o1 = p.zero_point ? -f1.y * f1.x : f1.y;
-      } else {
-        s0 = __half2float(reinterpret_cast<const __half*>(m16)[lr0]);
-        s1 = __half2float(reinterpret_cast<const __half*>(m16)[lr0 + 8]);
-      }
-      const float se0 = s0, se1 = s1 * D::kHiRowScale;
-      meta_sh[e] = make_float4(se0, o0 - D::kMagic * se0, se1, o1 - D::kMagic * se1);
-    }
-    __syncthreads();
-    if constexpr (!kLoopSums) {
+    if constexpr (kSums && !kLoopSums) {
       // MT >= 4: group sums of X in the prologue, by the tensor cores (A = ones, so every row of D is
       // sum_k X[token][k]); 16 more accumulators per lane in the main loop would spill there. Tasks are
       // (segment, piece): with fewer than 8 segments each is split into pieces, so that all warps help.
@@ -591,22 +612,44 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   const uint32_t ones = BF16 ? 0x3F803F80u : 0x3C003C00u;
   const uint32_t a_ones[4] = {ones, ones, ones, ones};
 
-  // Group flush: acc += s * group_acc + (o - magic * s) * sum_group(X), per row (g, g + 8) and token.
-  const float4* meta_lane = meta_sh + rb * 8 + g;
+  // Group flush: acc += s * group_acc + (o - magic * s) * sum_group(X), per row (g, g + 8) and token. The fp16
+  // meta of rows g and g + 8 is converted here (v13; before, a prologue pass of the CTA wrote an fp32 table, 16
+  // bytes per row pair and segment, which held a whole K slice in shared memory and cost a barrier), with the
+  // magic number, the zero point (o = -z * s) and the x1/16 of the fp16 int4 rows g + 8 folded in.
+  const uint8_t* meta_lane = meta16_sh + (rb * 16 + g) * D::kMetaEntry;
   auto flush = [&](int seg) {
-    const float4 mm = meta_lane[seg * row_pairs];
+    const uint8_t* mrow = meta_lane + seg * cta_rows * 4;
+    float4 mm;
+    if constexpr (BITS == 4) {
+      const float2 f0 = __half22float2(*reinterpret_cast<const __half2*>(mrow));
+      const float2 f1 = __half22float2(*reinterpret_cast<const __half2*>(mrow + 8 * D::kMetaEntry));
+      const float o0 = p.zero_point ? -f0.y * f0.x : f0.y, o1 = p.zero_point ? -f1.y * f1.x : f1.y;
+      const float s1 = f1.x * D::kHiRowScale;
+      mm = make_float4(f0.x, fmaf(-D::kMagic, f0.x, o0), s1, fmaf(-D::kMagic, s1, o1));
+    } else {
+      const float s0 = __half2float(*reinterpret_cast<const __half*>(mrow));
+      const float s1 = __half2float(*reinterpret_cast<const __half*>(mrow + 8 * D::kMetaEntry));
+      mm = make_float4(s0, -D::kMagic * s0, s1, -D::kMagic * s1);
+    }
 #pragma unroll
     for (int j = 0; j < MT; ++j) {
-      float2 xg;
+      float2 xg = make_float2(0.f, 0.f);
       if constexpr (kLoopSums) {
         xg = make_float2(xs[j][0], xs[j][1]);
-      } else {
+      } else if constexpr (kSums) {
         xg = *reinterpret_cast<const float2*>(xsum + 2 * t + seg * kRows + j * 8);
       }
-      acc[j][0] = fmaf(mm.y, xg.x, fmaf(mm.x, ga[j][0], acc[j][0]));
-      acc[j][1] = fmaf(mm.y, xg.y, fmaf(mm.x, ga[j][1], acc[j][1]));
-      acc[j][2] = fmaf(mm.w, xg.x, fmaf(mm.z, ga[j][2], acc[j][2]));
-      acc[j][3] = fmaf(mm.w, xg.y, fmaf(mm.z, ga[j][3], acc[j][3]));
+      if constexpr (kSums) {
+        acc[j][0] = fmaf(mm.y, xg.x, fmaf(mm.x, ga[j][0], acc[j][0]));
+        acc[j][1] = fmaf(mm.y, xg.y, fmaf(mm.x, ga[j][1], acc[j][1]));
+        acc[j][2] = fmaf(mm.w, xg.x, fmaf(mm.z, ga[j][2], acc[j][2]));
+        acc[j][3] = fmaf(mm.w, xg.y, fmaf(mm.z, ga[j][3], acc[j][3]));
+      } else {
+        acc[j][0] = fmaf(mm.x, ga[j][0], acc[j][0]);
+        acc[j][1] = fmaf(mm.x, ga[j][1], acc[j][1]);
+        acc[j][2] = fmaf(mm.z, ga[j][2], acc[j][2]);
+        acc[j][3] = fmaf(mm.z, ga[j][3], acc[j][3]);
+      }
     }
   };
   // One tile: kKSteps k-steps, two per ldmatrix.x4 of each token tile. kZeroFirst: the tile starts a group
@@ -664,16 +707,25 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
     uint32_t xa = xb_lane + static_cast<uint32_t>(pc0 * D::kChunkK * 2);
     int seg = seg0;
     const int n_full = nch / kDepth * kDepth;
+    const uint32_t xslot_bytes = static_cast<uint32_t>(xslot_halves * 2);
     for (int c0 = 0; c0 < n_full; c0 += kDepth) {
-      const int ahead = nch - c0 - kDepth;  // tiles after this block: stage u is refilled while u < ahead
+      // Tiles after this block: stage u is refilled while u < ahead (a warp past N refills nothing; it runs the
+      // loop only to take part in the X ring's barriers and copies).
+      const int ahead = (active ? nch : 0) - c0 - kDepth;
 #pragma unroll
       for (int u = 0; u < kDepth; ++u) {
         // Wait for tile c0 + u (kDepth - 1 younger groups may stay in flight), read it, refill the stage with
         // tile c0 + u + kDepth (every lane reads only the 16 bytes it copied itself, so no barrier is needed),
         // compute.
         cp_async_wait_group<kDepth - 1>();
+        if (u == 0 && x_ring) {
+          // The group of tile c0 also holds this thread's copies of the block's X: after the barrier every
+          // thread's have landed, and every warp is done with the previous block, whose slot takes the next.
+          __syncthreads();
+        }
         const uint4 v = lds128(ring_addr(u));
         if (u < ahead) cp_async16_hint(ring_addr(u), wp + u * 512, policy);
+        if (u == 0 && x_ring && nch - c0 - kDepth > 0) stage_x_block(c0 / kDepth + 1);
         cp_async_commit();
         tile_at(v, xa, u, seg);
         if constexpr (TPG > 0) {
@@ -681,13 +733,21 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
         }
       }
       wp += kDepth * 512;
-      xa += static_cast<uint32_t>(kDepth * D::kChunkK * 2);
+      if (x_ring) {
+        xa = (c0 / kDepth) % 2 == 0 ? xb_lane + xslot_bytes : xb_lane;  // the next block's slot
+      } else {
+        xa += static_cast<uint32_t>(kDepth * D::kChunkK * 2);
+      }
       seg += TPG > 0 ? kDepth / TPG : TPG == -1 ? 2 * kDepth : 0;
     }
     // The last rem < kDepth tiles: all of them are in flight already (the last kDepth committed groups hold
     // tiles n_full + u, u < kDepth, one each, empty past the slice). n_full is a multiple of TPG, so the groups
     // still start at fixed positions; only the last one may be shorter (the K tail of a row).
     const int rem = nch - n_full;
+    if (x_ring && rem > 0) {
+      cp_async_wait_pending(kDepth - 1);  // tile n_full, and this thread's copies of the last block's X
+      __syncthreads();
+    }
 #pragma unroll
     for (int u = 0; u < kDepth - 1; ++u) {
       if (u < rem) {
@@ -702,7 +762,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
     if constexpr (TPG == 0) flush(seg0);
   };
 
-  if (active && nch > 0) {
+  if ((active || x_ring) && nch > 0) {
     if (per_channel) {
       run(std::integral_constant<int, 0>{});
     } else if (p.group_k < D::kChunkK) {

@@ -23,6 +23,9 @@ const char* activation_name(Activation a) {
 const char* gemm_path_name(GemmPath p) {
   return p == GemmPath::kAuto ? "auto" : p == GemmPath::kFused ? "fused" : "dequant+cublaslt";
 }
+const char* gemm_x_staging_name(GemmXStaging s) {
+  return s == GemmXStaging::kAuto ? "auto" : s == GemmXStaging::kSlice ? "slice" : "ring";
+}
 
 namespace {
 
@@ -46,6 +49,8 @@ struct Plan {
   int kc = 0;
   int n_seg = 1;
   int smem = 0;
+  bool x_vec = false;   // X rows take 16-byte loads
+  bool x_ring = false;  // fused: X through the two-slot ring (GemmXStaging::kRing)
   long long ldx = 0, ldy = 0;
   size_t ticket_bytes = 0, partial_bytes = 0;  // fused
   size_t scratch_bytes = 0;                    // dequant + cuBLASLt
@@ -87,26 +92,30 @@ Status prepare_kernel(const void* func, int smem) {
   return Status::Ok();
 }
 
-// The fused kernel's launch shape: K parts per CTA (1, 2, 4, 8) and K slices (split-K), the candidate with the
-// least estimated time in µs. At M <= 16 (MT 1, 2) the estimate was fitted to a grid of 36 forced (parts,
-// splits) launches x 7 shapes x M = 1, 4, 16 x int4-g128 / int8 on the H200 (docs/gemm.md, v12):
-//   waves x (max(stream, per_warp) + kFixedUs) + ceil(CTAs / SMs) x kCtaUs + kXStageUsPerMB x X MB staged
+// The fused kernel's launch shape: K parts per CTA (1, 2, 4, 8), K slices (split-K) and, with one part, how X is
+// staged (the whole slice or the ring), the candidate with the least estimated time in µs. At M <= 16 (MT 1, 2):
+//   waves x (max(stream, per_warp) + kFixedUs) + ceil(CTAs / SMs) x kCtaUs + X staging
 //   + (splits > 1 ? kSplitUs + kSplitUsPerMB x atomics MB : 0)
-// stream = the wave's weight bytes at kStreamBytesPerUs; per_warp = tiles per warp x kTileUs (x kTileMt2 at
-// 16 tokens): one warp's 4-deep ring at the loaded latency, so that few warps cannot stream the chip's
-// bandwidth; kCtaUs the per-CTA prologue and epilogue an SM serializes; X MB staged = CTAs x slice x staged
-// rows x 2 bytes; the split-K epilogue grows with its atomics (M x n_pad x splits x 4 bytes). Fitted by
-// minimizing the summed relative regret (chosen / best time per cell, the three large shapes weighted 3x). On
-// that grid the planner's choice is within 2% of the grid's best on 25 of the 36 cells whose choice the grid
-// measured and 6% off at worst (8192x3584 int4 M = 4). At M >= 17 (MT 4, 8; not in the grid) the v10 estimate
-// stands: one part, waves x (tiles per warp + 4). Forced counts (GemmParams::num_splits / num_parts) are taken
-// as given, the other one chosen.
+// stream = the busiest SM's weight bytes of a wave (ceil(CTAs of the wave / SMs) CTAs) at its share of
+// kStreamBytesPerUs (v13: the CTAs do not spread evenly over the SMs, and the SMs with one CTA more finish
+// last); per_warp = tiles per warp x kTileUs (x kTileMt2 at 16 tokens): one warp's 4-deep ring at the loaded
+// latency, so that few warps cannot stream the chip's bandwidth; kCtaUs the per-CTA prologue and epilogue an
+// SM serializes; X staging = kXStageUsPerMB x CTAs x slice x staged rows x 2 bytes for the slice, kRingUs for
+// the ring (its copies overlap the stream; its per-block barriers cost about that much, measured at M = 1); the
+// split-K epilogue grows with its atomics (M x n_pad x splits x 4 bytes). The constants were fitted in v12 to a
+// grid of 36 forced (parts, splits) launches x 7 shapes x M = 1, 4, 16 x int4-g128 / int8 on the H200
+// (docs/gemm.md); v13 added the busiest-SM stream and kRingUs, checked against a grid of forced splits x
+// (slice, ring) x the 7 shapes x M = 1, 4, 8, 16 (docs/results/gemm_v13_grid_h200.txt): geometric mean of the
+// chosen plan's time over the best measured one 1.015, 8% off at worst. At M >= 17 (MT 4, 8; not in the grids)
+// the v10 estimate stands: one part, waves x (tiles per warp + 4). Forced counts (GemmParams::num_splits /
+// num_parts / x_staging) are taken as given, the others chosen.
 constexpr double kStreamBytesPerUs = 3.6e6;
 constexpr double kTileUs = 0.28;
 constexpr double kTileMt2 = 0.89;
 constexpr double kFixedUs = 1.46;
 constexpr double kCtaUs = 1.0;
 constexpr double kXStageUsPerMB = 0.41;
+constexpr double kRingUs = 1.2;
 constexpr double kSplitUs = 2.56;
 constexpr double kSplitUsPerMB = 2.94;
 constexpr double kV10FixedTiles = 4.0;
@@ -129,20 +138,27 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
 
   struct Candidate {
     bool ok = false;
+    bool ring = false;
     int parts = 1, splits = 1, kc = 0, n_seg = 1, smem = 0, n_blocks = 0;
     double cost = 0.0;
   };
   // Segments of a slice: groups, or per channel one per part (an upper bound for the last, shorter slice too).
   auto segs = [&](int kc, int parts) { return per_channel ? parts : (kc + gs - 1) / gs; };
+  // X staging of a candidate: with one part, M <= 16 and 16-byte X rows both the slice and the ring (whose
+  // shared memory does not grow with the slice) are candidates, unless one is asked for.
+  const bool ring_ok = wq::fused_ring_supported(plan->mt) && plan->x_vec && p.x_staging != GemmXStaging::kSlice;
+  const bool slice_ok = p.x_staging != GemmXStaging::kRing;
+  const int ring_slot_k = wq::fused_ring_k(plan->mt, chunk);
   // Candidate with P parts and K slices of kc (a multiple of align that fits shared memory).
-  auto evaluate = [&](int parts, int kc) {
+  auto evaluate = [&](int parts, int kc, bool ring) {
     Candidate c;
     c.parts = parts;
+    c.ring = ring;
     const int cta_rows = wq::kBlockN / parts;
     c.kc = kc;
     c.splits = (L.k_pad() + kc - 1) / kc;
     c.n_seg = segs(kc, parts);
-    c.smem = wq::fused_smem_bytes(plan->mt, p.m, kc, c.n_seg, cta_rows);
+    c.smem = wq::fused_smem_bytes(plan->mt, p.m, kc, c.n_seg, cta_rows, ring ? ring_slot_k : 0);
     c.n_blocks = (row_blocks + wq::kWarps / parts - 1) / (wq::kWarps / parts);
     const int resident = std::min(cap, wq::kSmemPerSm / (c.smem + wq::kSmemReservedPerCta));
     const long long ctas = 1LL * c.n_blocks * c.splits;
@@ -153,11 +169,12 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
     const int part_tiles = (slice_groups + parts - 1) / parts * tpg;
     if (fitted) {
       const double per_warp = part_tiles * kTileUs * (plan->mt == 2 ? kTileMt2 : 1.0);
-      const double stream = weight_bytes / double(waves) / kStreamBytesPerUs;
+      const long long busiest = (ctas + waves * sm_count - 1) / (waves * sm_count);  // CTAs of a wave on one SM
+      const double stream = double(busiest) * (weight_bytes / double(ctas)) / (kStreamBytesPerUs / sm_count);
       const double x_mb = double(ctas) * kc * wq::fused_x_rows(plan->mt, p.m) * 2.0 / 1e6;
       const double atomics_mb = double(p.m) * L.n_pad() * c.splits * 4.0 / 1e6;
       c.cost = double(waves) * (std::max(stream, per_warp) + kFixedUs) +
-               double((ctas + sm_count - 1) / sm_count) * kCtaUs + kXStageUsPerMB * x_mb +
+               double((ctas + sm_count - 1) / sm_count) * kCtaUs + (ring ? kRingUs : kXStageUsPerMB * x_mb) +
                (c.splits > 1 ? kSplitUs + kSplitUsPerMB * atomics_mb : 0.0);
     } else {
       c.cost = double(waves) * (double(part_tiles) + kV10FixedTiles);
@@ -171,24 +188,28 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
     if (p.num_parts > 0 && parts != p.num_parts) continue;
     if (parts > 1 && !wq::fused_parts_supported(plan->mt)) continue;
     if (parts > 1 && !fitted && p.num_parts == 0) continue;  // not measured at MT >= 4: one part
-    // The widest slice (a multiple of align) whose shared memory fits one CTA per SM.
-    const int cta_rows = wq::kBlockN / parts;
-    int kc_max = 0;
-    for (int kc = align; kc < L.k_pad() + align; kc += align) {
-      if (wq::fused_smem_bytes(plan->mt, p.m, kc, segs(kc, parts), cta_rows) > smem_limit) break;
-      kc_max = kc;
-    }
-    if (kc_max == 0) continue;
-    const int s_lo = p.num_splits > 0 ? p.num_splits : 1;
-    const int s_hi = p.num_splits > 0 ? p.num_splits : max_auto_splits;
-    int last_kc = -1;
-    for (int s = s_lo; s <= s_hi; ++s) {
-      const int kc = std::min(kc_max, std::min(units, (units + s - 1) / s) * align);
-      if (kc == last_kc) continue;  // the same slice as a smaller split count
-      last_kc = kc;
-      const Candidate c = evaluate(parts, kc);
-      if (!c.ok) continue;
-      if (!best.ok || c.cost < best.cost - 1e-9) best = c;
+    for (bool ring : {false, true}) {
+      if (ring ? !(ring_ok && parts == 1) : !slice_ok) continue;
+      // The widest slice (a multiple of align) whose shared memory fits one CTA per SM.
+      const int cta_rows = wq::kBlockN / parts;
+      int kc_max = 0;
+      for (int kc = align; kc < L.k_pad() + align; kc += align) {
+        if (wq::fused_smem_bytes(plan->mt, p.m, kc, segs(kc, parts), cta_rows, ring ? ring_slot_k : 0) > smem_limit)
+          break;
+        kc_max = kc;
+      }
+      if (kc_max == 0) continue;
+      const int s_lo = p.num_splits > 0 ? p.num_splits : 1;
+      const int s_hi = p.num_splits > 0 ? p.num_splits : max_auto_splits;
+      int last_kc = -1;
+      for (int s = s_lo; s <= s_hi; ++s) {
+        const int kc = std::min(kc_max, std::min(units, (units + s - 1) / s) * align);
+        if (kc == last_kc) continue;  // the same slice as a smaller split count
+        last_kc = kc;
+        const Candidate c = evaluate(parts, kc, ring);
+        if (!c.ok) continue;
+        if (!best.ok || c.cost < best.cost - 1e-9) best = c;
+      }
     }
   }
   if (!best.ok)
@@ -196,6 +217,7 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
                                                 std::to_string(p.m) + " fits the device's " +
                                                 std::to_string(smem_limit) + " bytes of shared memory per block");
   plan->parts = best.parts;
+  plan->x_ring = best.ring;
   plan->kc = best.kc;
   plan->num_splits = best.splits;
   plan->n_seg = best.n_seg;
@@ -236,6 +258,9 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
     return invalid("num_splits " + std::to_string(p.num_splits) + " must be in 0..4096 (0 = automatic)");
   if (p.num_parts != 0 && p.num_parts != 1 && p.num_parts != 2 && p.num_parts != 4 && p.num_parts != 8)
     return invalid("num_parts " + std::to_string(p.num_parts) + " must be 0 (automatic), 1, 2, 4 or 8");
+  if (p.x_staging != GemmXStaging::kAuto && p.x_staging != GemmXStaging::kSlice && p.x_staging != GemmXStaging::kRing)
+    return invalid("x_staging " + std::to_string(int(p.x_staging)) + " is not a GemmXStaging");
+  plan->x_vec = L.k % 8 == 0 && plan->ldx % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
 
   GemmPath path = p.path;
   if (path == GemmPath::kAuto) path = p.m <= kAutoFusedMaxM ? GemmPath::kFused : GemmPath::kDequantCublas;
@@ -256,6 +281,15 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
     if (p.num_parts > 1 && !wq::fused_parts_supported(plan->mt))
       return invalid("num_parts " + std::to_string(p.num_parts) + " is not supported at M " + std::to_string(p.m) +
                      " (K parts per CTA need M <= 32)");
+    if (p.x_staging == GemmXStaging::kRing) {
+      if (!wq::fused_ring_supported(plan->mt))
+        return invalid("x_staging ring is not supported at M " + std::to_string(p.m) + " (needs M <= 16)");
+      if (p.num_parts > 1)
+        return invalid("x_staging ring needs one K part per CTA, num_parts is " + std::to_string(p.num_parts));
+      if (!plan->x_vec)
+        return invalid("x_staging ring needs 16-byte X rows: K " + std::to_string(L.k) + " and ldx " +
+                       std::to_string(plan->ldx) + " multiples of 8 and X 16-byte aligned");
+    }
     if (L.n_pad() / 16 > 2147483647 / 2) return invalid("N " + std::to_string(L.n) + " is too large");
     DeviceInfo dev;
     QDEC_RETURN_IF_ERROR(current_device_info(&dev));
@@ -284,12 +318,16 @@ Status gemm_workspace_bytes(const GemmParams& p, size_t* bytes) {
   return Status::Ok();
 }
 
-Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits, int* num_parts) {
+Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits, int* num_parts, GemmXStaging* x_staging) {
   Plan plan;
   QDEC_RETURN_IF_ERROR(validate_and_plan(p, &plan));
   if (path) *path = plan.path;
   if (num_splits) *num_splits = plan.num_splits;
   if (num_parts) *num_parts = plan.parts;
+  if (x_staging)
+    *x_staging = plan.path != GemmPath::kFused ? GemmXStaging::kAuto
+                 : plan.x_ring                 ? GemmXStaging::kRing
+                                               : GemmXStaging::kSlice;
   return Status::Ok();
 }
 
@@ -333,7 +371,8 @@ Status gemm(const GemmParams& p, cudaStream_t stream) {
     fp.act = static_cast<int>(p.act);
     fp.y_dtype = static_cast<int>(p.y_dtype);
     fp.zero_point = zp ? 1 : 0;
-    fp.x_vec = (L.k % 8 == 0 && plan.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0) ? 1 : 0;
+    fp.x_vec = plan.x_vec ? 1 : 0;
+    fp.x_ring = plan.x_ring ? 1 : 0;
     fp.pdl = p.pdl ? 1 : 0;
     QDEC_RETURN_IF_ERROR(prepare_kernel(plan.kernel->func, plan.smem));
     void* args[] = {&fp};
