@@ -200,10 +200,16 @@ INSTANTIATE_TEST_SUITE_P(
         RowCase{GemmDType::kBF16, 3000, 64, 0, 0, false, false},
         RowCase{GemmDType::kFP16, 300, 12288, 0, 0, false, true},  // 256 threads x 7 vectors, fp16
         RowCase{GemmDType::kBF16, 40, 16384, 0, 0, false, true},   // 512 threads x 4 vectors
+        // RMSNorm from 2048 rows with K in (4096, 8192]: 128 threads x 8 vectors (the plain quantizer keeps 256 x 4);
+        // K = 6000 leaves vectors past the row in every thread's last slots.
+        RowCase{GemmDType::kBF16, 2048, 8192, 0, 0, false, true},
+        RowCase{GemmDType::kFP16, 2500, 6000, 8, 16, false, true},
+        RowCase{GemmDType::kBF16, 2047, 8192, 0, 0, false, true},  // one row below: 256 x 4
         // ActQuantParams::pdl: the streaming kernels as programmatic dependents, and the row kernel ignoring it.
         RowCase{GemmDType::kBF16, 2000, 4096, 0, 0, false, true, true},
         RowCase{GemmDType::kFP16, 300, 12288, 0, 0, false, true, true},
         RowCase{GemmDType::kBF16, 40, 16384, 0, 0, false, true, true},
+        RowCase{GemmDType::kBF16, 3000, 8192, 0, 0, false, true, true},
         RowCase{GemmDType::kBF16, 6, 1000, 0, 0, true, true, true}),
     row_case_name);
 

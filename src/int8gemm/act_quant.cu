@@ -380,13 +380,15 @@ __device__ __noinline__ uint32_t finite_amax_bits(const unsigned short* xr, int 
   return fb;
 }
 
-// CTAs per SM the launch bounds ask for (register cap 65536 / (threads * blocks)).
-constexpr int stream_min_blocks(int threads) {
-  return threads == 128 ? 5 : threads == 256 ? 2 : 1;
+// CTAs per SM the launch bounds ask for (register cap 65536 / (threads * blocks)): 128 x 8 holds 64 fp32 values and
+// 32 registers of prefetched row per thread (164 registers, no spills).
+constexpr int stream_min_blocks(int threads, int vpt) {
+  return threads == 128 ? (vpt > 4 ? 3 : 5) : threads == 256 ? 2 : 1;
 }
 
 template <int kDType, bool kNorm, int kThreads, int kVpt>
-__global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads)) act_quant_stream_kernel(const RowArgs a) {
+__global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads, kVpt))
+    act_quant_stream_kernel(const RowArgs a) {
   constexpr int kWarps = kThreads / 32;
   // The rare rows' reference code (non-finite y, scales out of the fast range): in line at 4 vectors per thread
   // (measured faster), out of line at more, where in line it spilled the fast path's registers.
@@ -717,6 +719,9 @@ Status check_vec_out(const char* what, const char* name, const void* p, bool req
 }
 
 // Threads per row: enough that kVpt = 4 vectors of 8 cover the row (K <= 16384 with 512 threads).
+// Rows from which RMSNorm + quantize with K in (4096, 8192] takes the (128, 8) streaming kernel (see launch_rows).
+constexpr int kStreamWideMinRows = 2048;
+
 int row_threads(int k) {
   return k <= 4096 ? 128 : k <= 8192 ? 256 : 512;
 }
@@ -763,13 +768,20 @@ Status launch_rows(const RowArgs& a, GemmDType xd, cudaStream_t stream) {
     // Dispatch list: dtype {bf16, fp16} x (CTA size, vectors per thread) {(128, 4), (256, 4), (256, 7), (512, 4)}
     // for K <= 4096, 8192, 14336, 16384. K in (8192, 14336] (Llama's 14336 among them) runs two CTAs of 256 threads
     // per SM with 7 vectors each instead of one of 512: a row's barriers then stall half the SM, not all of it.
+    // RMSNorm with K in (4096, 8192] and M >= kStreamWideMinRows runs (128, 8): 64 elements per thread halve the
+    // per-row work (reductions, barriers, the scalar ms / r / s math) per element, measured +5 points of the copy
+    // ceiling at M = 4096, K = 8192; below that M it loses (M = 1: one 4-warp CTA, twice the serial work per thread;
+    // M = 1024: -4%), and the plain quantizer, with less work per element, loses 1-2 points with it at every M.
+    const bool wide = kNorm && a.k > 4096 && a.k <= 8192 && a.m >= kStreamWideMinRows;
     if (xd == GemmDType::kBF16) {
       return a.k <= 4096    ? launch_stream<0, kNorm, 128, 4>(a, stream)
+             : wide         ? launch_stream<0, kNorm, 128, 8>(a, stream)
              : a.k <= 8192  ? launch_stream<0, kNorm, 256, 4>(a, stream)
              : a.k <= 14336 ? launch_stream<0, kNorm, 256, 7>(a, stream)
                             : launch_stream<0, kNorm, 512, 4>(a, stream);
     }
     return a.k <= 4096    ? launch_stream<1, kNorm, 128, 4>(a, stream)
+           : wide         ? launch_stream<1, kNorm, 128, 8>(a, stream)
            : a.k <= 8192  ? launch_stream<1, kNorm, 256, 4>(a, stream)
            : a.k <= 14336 ? launch_stream<1, kNorm, 256, 7>(a, stream)
                           : launch_stream<1, kNorm, 512, 4>(a, stream);
