@@ -19,6 +19,7 @@
 
 #include "qdec/status.h"
 #include "qdec/weight_formats.h"
+#include "qdec/workspace.h"
 
 typedef struct CUstream_st* cudaStream_t;
 
@@ -75,8 +76,9 @@ struct GemmParams {
   // read or written only after that kernel has completed. So W must not be written by the kernel launched just
   // before. The dequantize + cuBLASLt path ignores it.
   bool pdl = false;
-  // Device workspace, gemm_workspace_bytes() of it. Zero-fill it once after allocating it (cudaMemset): the
-  // split-K semaphores must start at zero; every call leaves them zero again.
+  // Device workspace, gemm_workspace_bytes() of it, 256-byte aligned. Zero-fill it once after allocating it
+  // (cudaMemset): the split-K semaphores must start at zero; every call leaves them zero again. One buffer of the
+  // largest size can serve every call and path (qdec/workspace.h: scratch never enters the split-K state zone).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };

@@ -41,11 +41,12 @@ const char* w4a8_path_name(W4A8Path p);
 struct W4A8Params {
   Int8ActivationsView x;  // x.k == w.k; row_sum required for group_size 0
   W4A8WeightView w;
-  const float* bias = nullptr;  // optional [N] fp32
+  const float* bias = nullptr;           // optional [N] fp32
   GemmDType y_dtype = GemmDType::kBF16;  // bf16, fp16 or fp32
   void* y = nullptr;                     // [M, ldy]
   long long ldy = 0;                     // >= N; 0 means N
-  void* workspace = nullptr;             // w4a8_gemm_workspace_bytes(); zero-filled once after allocation
+  void* workspace = nullptr;             // w4a8_gemm_workspace_bytes(); zero-filled once after allocation;
+                                         // shareable with the other GEMM calls (qdec/workspace.h)
   size_t workspace_bytes = 0;
   W4A8Path path = W4A8Path::kAuto;  // added: force a configuration
   int num_splits = 0;               // added: 0 = automatic split-K count, >= 1 forces it (clamped to K / 64)

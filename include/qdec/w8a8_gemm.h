@@ -72,7 +72,8 @@ struct W8A8Params {
   W8A8Backend backend = W8A8Backend::kAuto;
   int num_splits = 0;  // kMma, kWgmma: 0 = automatic, >= 1 forces the split-K count
   // Device workspace of w8a8_gemm_workspace_bytes(), 256-byte aligned. Zero-fill it once after allocating it: the
-  // kMma split-K accumulators and semaphores must start at zero; every call leaves them zero again.
+  // kMma split-K accumulators and semaphores must start at zero; every call leaves them zero again. One buffer of
+  // the largest size can serve every backend and call (qdec/workspace.h: scratch stays out of the state zone).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };

@@ -85,6 +85,8 @@ struct ConvPlan {
   int k = 0;
   size_t xc_bytes = 0, yc_bytes = 0, gemm_bytes = 0;
   GemmParams gp;
+  // im2col and the NHWC output start past the GEMM's workspace and the state zone (both at the base).
+  size_t scratch_offset() const { return std::max(gemm_bytes, kWorkspaceStateBytes); }
 };
 
 Status validate_conv(const Conv2dParams& p, ConvPlan* plan) {
@@ -147,22 +149,24 @@ Status validate_conv(const Conv2dParams& p, ConvPlan* plan) {
 Status conv2d_workspace_bytes(const Conv2dParams& p, size_t* bytes) {
   ConvPlan plan;
   QDEC_RETURN_IF_ERROR(validate_conv(p, &plan));
-  *bytes = plan.xc_bytes + plan.yc_bytes + plan.gemm_bytes;
+  *bytes = plan.scratch_offset() + plan.xc_bytes + plan.yc_bytes;
   return Status::Ok();
 }
 
 Status conv2d(const Conv2dParams& p, cudaStream_t stream) {
   ConvPlan plan;
   QDEC_RETURN_IF_ERROR(validate_conv(p, &plan));
-  const size_t need = plan.xc_bytes + plan.yc_bytes + plan.gemm_bytes;
+  const size_t need = plan.scratch_offset() + plan.xc_bytes + plan.yc_bytes;
   if (!p.workspace || p.workspace_bytes < need)
     return Status(StatusCode::kOutOfMemory, "workspace_bytes " + std::to_string(p.workspace_bytes) +
                                                 " is smaller than the " + std::to_string(need) +
                                                 " bytes the convolution needs (or workspace is null)");
   if (reinterpret_cast<uintptr_t>(p.workspace) % 256 != 0) return invalid("workspace is not 256-byte aligned");
+  // Layout (qdec/workspace.h): the GEMM's own workspace at the base, so that its split-K state sits in the state
+  // zone of a buffer shared with other calls; im2col and the NHWC output after the zone and the GEMM's scratch.
   uint8_t* ws = static_cast<uint8_t*>(p.workspace);
-  __half* xc = reinterpret_cast<__half*>(ws);
-  float* yc = reinterpret_cast<float*>(ws + plan.xc_bytes);
+  __half* xc = reinterpret_cast<__half*>(ws + plan.scratch_offset());
+  float* yc = reinterpret_cast<float*>(ws + plan.scratch_offset() + plan.xc_bytes);
   const ConvGeom gm{p.out_h(),  p.out_w(),  p.in_channels, p.in_h,  p.in_w,       p.kernel_h,  p.kernel_w,
                     p.stride_h, p.stride_w, p.pad_h,       p.pad_w, p.dilation_h, p.dilation_w};
   const long long total = plan.m * plan.k;
@@ -176,7 +180,7 @@ Status conv2d(const Conv2dParams& p, cudaStream_t stream) {
   GemmParams g = plan.gp;
   g.x = xc;
   g.y = yc;
-  g.workspace = ws + plan.xc_bytes + plan.yc_bytes;
+  g.workspace = ws;
   g.workspace_bytes = plan.gemm_bytes;
   QDEC_RETURN_IF_ERROR(gemm(g, stream));
   const int p_total = p.out_h() * p.out_w();

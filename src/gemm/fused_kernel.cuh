@@ -827,7 +827,9 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
     return;
   }
   // Split-K: add this slice's sums into the fp32 accumulator [n_pad][kRows] (float2 atomics, L2), then the
-  // last CTA of the column block (ticket) finishes it and leaves the accumulator zero for the next call.
+  // last CTA of the column block (ticket) finishes it and leaves the accumulator zero for the next call. With M
+  // odd, the last pair's second token is a column past M that the atomics fill too: the last CTA clears it as well
+  // (a later call with more tokens, or another call sharing the workspace, would otherwise find these sums there).
   if (owner) {
 #pragma unroll
     for (int j = 0; j < MT; ++j) {
@@ -860,6 +862,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
     float* a = p.partial + static_cast<size_t>(n) * kRows + m;
     const float v = __ldcg(a);
     __stcg(a, 0.f);
+    if ((p.m & 1) && m == p.m - 1) __stcg(a + 1, 0.f);  // the odd column past M (above): never read here
     if (n < p.n)
       store_y(p.y, static_cast<long long>(m) * p.ldy + n, apply_act(v + (p.bias ? p.bias[n] : 0.f), p.act), p.y_dtype);
   }

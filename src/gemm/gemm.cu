@@ -132,6 +132,15 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
   const int smem_limit = std::min(max_smem_per_block, wq::kSmemPerSm - wq::kSmemReservedPerCta);
   const double weight_bytes = double(L.code_bytes() + L.meta_bytes());
   const bool fitted = plan->mt <= 2;  // the fitted estimate at M <= 16, the v10 one above
+  // Split-K state (tickets for up to row_blocks CTA columns, fp32 partials) must fit the workspace's state zone
+  // (qdec/workspace.h): otherwise one split only, or an error for a forced count.
+  const size_t split_state = round256(size_t(row_blocks) * 4) + round256(size_t(L.n_pad()) * plan->mt * 8 * 4);
+  const bool split_fits = split_state <= kWorkspaceStateBytes;
+  if (!split_fits && p.num_splits > 1)
+    return Status(StatusCode::kInvalidArgument,
+                  "num_splits " + std::to_string(p.num_splits) + " needs " + std::to_string(split_state) +
+                      " bytes of split-K state at N " + std::to_string(L.n) + ", M " + std::to_string(p.m) +
+                      ", more than the workspace's state zone of " + std::to_string(kWorkspaceStateBytes));
   // Each split adds M * n_pad * 4 bytes of atomics: keep them within half of the weight bytes.
   const int max_auto_splits =
       std::max(1, std::min(units, int(0.5 * double(L.code_bytes()) / (double(p.m) * L.n_pad() * 4.0))));
@@ -200,7 +209,7 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
       }
       if (kc_max == 0) continue;
       const int s_lo = p.num_splits > 0 ? p.num_splits : 1;
-      const int s_hi = p.num_splits > 0 ? p.num_splits : max_auto_splits;
+      const int s_hi = p.num_splits > 0 ? p.num_splits : split_fits ? max_auto_splits : 1;
       int last_kc = -1;
       for (int s = s_lo; s <= s_hi; ++s) {
         const int kc = std::min(kc_max, std::min(units, (units + s - 1) / s) * align);
@@ -303,8 +312,9 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
     }
     plan->workspace_bytes = plan->ticket_bytes + plan->partial_bytes;
   } else {
+    // Scratch after the split-K state zone (qdec/workspace.h): [zone][16-bit weight chunk][cuBLASLt workspace].
     plan->scratch_bytes = round256(size_t(dequant_chunk_rows(p.m, L)) * L.k * 2);
-    plan->workspace_bytes = plan->scratch_bytes + wq::kCublasWorkspaceBytes;
+    plan->workspace_bytes = kWorkspaceStateBytes + plan->scratch_bytes + wq::kCublasWorkspaceBytes;
   }
   return Status::Ok();
 }
@@ -383,7 +393,7 @@ Status gemm(const GemmParams& p, cudaStream_t stream) {
   // Large M: dequantize to a 16-bit scratch in X's dtype, cuBLASLt, then bias / clamp if asked. Below
   // kChunkMaxM the weight goes in row chunks of <= kChunkBytes, so that each chunk's scratch is still in L2
   // when cuBLASLt reads it (each chunk re-reads X, which is small at such M).
-  void* scratch = p.workspace;
+  uint8_t* const scratch = static_cast<uint8_t*>(p.workspace) + kWorkspaceStateBytes;
   const int chunk_rows = dequant_chunk_rows(p.m, L);
   wq::DequantParams dp{};
   dp.codes = static_cast<const uint8_t*>(p.w.codes);
@@ -405,8 +415,7 @@ Status gemm(const GemmParams& p, cudaStream_t stream) {
     QDEC_RETURN_IF_ERROR(wq::launch_dequant(dp, stream));
     QDEC_RETURN_IF_ERROR(wq::cublaslt_gemm(p.x_dtype == GemmDType::kBF16, static_cast<int>(p.y_dtype), p.m, nc, L.k,
                                            p.x, plan.ldx, scratch, static_cast<uint8_t*>(p.y) + size_t(n0) * y_elem,
-                                           plan.ldy, static_cast<uint8_t*>(p.workspace) + plan.scratch_bytes,
-                                           wq::kCublasWorkspaceBytes, stream));
+                                           plan.ldy, scratch + plan.scratch_bytes, wq::kCublasWorkspaceBytes, stream));
   }
   if (p.bias || p.act != Activation::kNone) {
     QDEC_RETURN_IF_ERROR(wq::launch_bias_act(p.y, plan.ldy, p.m, L.n, static_cast<int>(p.y_dtype), p.bias,

@@ -308,6 +308,17 @@ Status make_plan(const W4A8Params& p, Plan* plan) {
   }
   splits = std::min(splits, lay.k_tiles());
   if (splits > 65535) splits = 65535;
+  // Split-K state (int32 sums accumulated by atomics + tile tickets) lives in the workspace's state zone
+  // (qdec/workspace.h): one split when it would not fit, an error for a forced count.
+  const size_t split_state =
+      PackedLayout::align16(size_t(m) * lay.n_pad() * 4) + PackedLayout::align16(size_t(cols) * rows * 4);
+  if (splits > 1 && split_state > kWorkspaceStateBytes) {
+    if (p.num_splits > 1)
+      return invalid("num_splits " + std::to_string(p.num_splits) + " needs " + std::to_string(split_state) +
+                     " bytes of split-K state at M " + std::to_string(m) + ", N " + std::to_string(p.w.n) +
+                     ", more than the workspace's state zone of " + std::to_string(kWorkspaceStateBytes));
+    splits = 1;
+  }
   const int kt_per = (lay.k_tiles() + splits - 1) / splits;
   splits = (lay.k_tiles() + kt_per - 1) / kt_per;  // no empty split
   plan->path = path;

@@ -438,8 +438,9 @@ Status make_plan(const W8A8Params& p, Plan* pl) {
     return Status::Ok();
   }
   if (pl->backend == W8A8Backend::kCublasLt) {
+    // [state zone, untouched][int32 sums][cuBLASLt workspace] (qdec/workspace.h).
     pl->ldd = (n + 3) / 4 * 4;
-    pl->ws_bytes = round256(size_t(m) * pl->ldd * 4) + kLtWorkspaceBytes;
+    pl->ws_bytes = kWorkspaceStateBytes + round256(size_t(m) * pl->ldd * 4) + kLtWorkspaceBytes;
     return Status::Ok();
   }
   pl->mt = m_tiles(m);
@@ -459,6 +460,15 @@ Status make_plan(const W8A8Params& p, Plan* pl) {
     // bandwidth-bound launch), without cutting K below 8 chunks (one load batch per warp) per split.
     const long long want = static_cast<long long>(per_sm) * info.sm_count / tiles;
     splits = static_cast<int>(std::clamp<long long>(want, 1, std::max(1, nchunks / 8)));
+  }
+  // Split-K state (tile counters + the int32 sums, accumulated by atomics) lives in the workspace's state zone.
+  const size_t split_state = round256(size_t(pl->mslices) * pl->ntiles * sizeof(int)) + size_t(m) * n * sizeof(int32_t);
+  if (split_state > kWorkspaceStateBytes && std::min(splits, nchunks) > 1) {
+    if (p.num_splits > 1)
+      return invalid("num_splits " + std::to_string(p.num_splits) + " needs " + std::to_string(split_state) +
+                     " bytes of split-K state at M " + std::to_string(m) + ", N " + std::to_string(n) +
+                     ", more than the workspace's state zone of " + std::to_string(kWorkspaceStateBytes));
+    splits = 1;
   }
   splits = std::min(splits, nchunks);
   pl->chunks_per_split = (nchunks + splits - 1) / splits;
@@ -506,10 +516,10 @@ Status w8a8_gemm(const W8A8Params& p, cudaStream_t stream) {
     return wgmma_launch(wa, pl.wgmma, p.x.q, ldq, p.w.q, ldw, p.workspace, stream);
   }
   if (pl.backend == W8A8Backend::kCublasLt) {
-    int32_t* d = static_cast<int32_t*>(p.workspace);
+    int32_t* d = reinterpret_cast<int32_t*>(static_cast<char*>(p.workspace) + kWorkspaceStateBytes);
     const size_t d_bytes = round256(size_t(m) * pl.ldd * 4);
     QDEC_RETURN_IF_ERROR(cublaslt_s8_gemm(m, n, k, p.x.q, ldq, p.w.q, ldw, d, pl.ldd,
-                                          static_cast<char*>(p.workspace) + d_bytes, kLtWorkspaceBytes, stream));
+                                          reinterpret_cast<char*>(d) + d_bytes, kLtWorkspaceBytes, stream));
     EpiArgs e{m, n, d, pl.ldd, p.x.scale, p.w.scale, p.bias, p.y, ldy, int(p.y_dtype), p.acc};
     const int vec = ldy % 4 == 0 && aligned(p.y, p.y_dtype == GemmDType::kFP32 ? 16 : 8);
     const dim3 grid(static_cast<unsigned>((n + 1023) / 1024), static_cast<unsigned>(std::min(m, 65535)));

@@ -24,6 +24,7 @@
 #include "int8gemm/w8a8_common.cuh"
 #include "int8gemm/w8a8_wgmma.h"
 #include "int8gemm/wgmma_s8.cuh"
+#include "qdec/workspace.h"
 #include "runtime/cuda_check.h"
 
 namespace qdec::w8a8 {
@@ -340,11 +341,21 @@ Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* pl) {
   if (tiles * pl->splits > 0x7fffffffll)
     return Status(StatusCode::kInvalidArgument, "w8a8 wgmma: " + std::to_string(tiles) + " tiles x " +
                                                     std::to_string(pl->splits) + " splits exceed 2^31 units");
+  // Workspace (qdec/workspace.h): the tile counters in the state zone; the per-split partials, written before they
+  // are read, after it.
+  if (pl->splits > 1 && (size_t(tiles) * 4 + 255) / 256 * 256 > kWorkspaceStateBytes) {
+    if (num_splits > 1)
+      return Status(StatusCode::kInvalidArgument, "w8a8 wgmma: num_splits " + std::to_string(num_splits) + " needs " +
+                                                      std::to_string(tiles) +
+                                                      " tile counters, more than the workspace's state zone holds");
+    pl->splits = 1;
+    pl->kt_per_split = pl->nk;
+  }
   pl->grid = static_cast<int>(std::min<long long>(tiles * pl->splits, dev.sm_count));
   pl->ws_bytes = 0;
   if (pl->splits > 1) {
     pl->counters_bytes = (size_t(tiles) * 4 + 255) / 256 * 256;
-    pl->ws_bytes = pl->counters_bytes + size_t(tiles) * pl->splits * kPartialChunks * 16;
+    pl->ws_bytes = kWorkspaceStateBytes + size_t(tiles) * pl->splits * kPartialChunks * 16;
   }
   return Status::Ok();
 }
@@ -369,7 +380,7 @@ Status wgmma_launch(const WgmmaArgs& args, const WgmmaPlan& pl, const int8_t* xq
   a.partials = nullptr;
   if (pl.splits > 1) {
     a.counters = static_cast<int*>(workspace);
-    a.partials = reinterpret_cast<int4*>(static_cast<char*>(workspace) + pl.counters_bytes);
+    a.partials = reinterpret_cast<int4*>(static_cast<char*>(workspace) + kWorkspaceStateBytes);
   }
   const size_t esize = a.y_dtype == 2 ? 4 : 2;
   a.vec_y = a.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(a.y) % (2 * esize) == 0;  // column pairs
