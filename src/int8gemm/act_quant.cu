@@ -718,10 +718,10 @@ Status check_vec_out(const char* what, const char* name, const void* p, bool req
   return Status::Ok();
 }
 
-// Threads per row: enough that kVpt = 4 vectors of 8 cover the row (K <= 16384 with 512 threads).
 // Rows from which RMSNorm + quantize with K in (4096, 8192] takes the (128, 8) streaming kernel (see launch_rows).
 constexpr int kStreamWideMinRows = 2048;
 
+// Threads per row: enough that kVpt = 4 vectors of 8 cover the row (K <= 16384 with 512 threads).
 int row_threads(int k) {
   return k <= 4096 ? 128 : k <= 8192 ? 256 : 512;
 }
