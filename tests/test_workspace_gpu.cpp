@@ -252,8 +252,9 @@ TEST(GemmWorkspace, SharedAcrossApisPathsAndShapes) {
   }
 }
 
-// The state zone caps split-K: a forced split count whose state would not fit is refused, naming the count; the
-// automatic count falls back to one split.
+// The state zone caps split-K (W8A8 kMma, the weight-only fused path, W4A8): a forced split count whose state would
+// not fit is refused, naming the count; the automatic count falls back to one split. (The wgmma backend's check,
+// tile counters beyond the zone, needs over four million tiles and is not exercised.)
 TEST(GemmWorkspace, SplitStateBeyondTheZone) {
   QDEC_SKIP_WITHOUT_GPU();
   // W8A8 kMma at M = 1024, N = 8192: 32 MiB of int32 sums per split-K call, over the 16 MiB zone.
@@ -280,6 +281,44 @@ TEST(GemmWorkspace, SplitStateBeyondTheZone) {
   size_t bytes = 0;
   QDEC_ASSERT_OK(w8a8_gemm_workspace_bytes(p, &bytes));
   EXPECT_LE(bytes, kWorkspaceStateBytes);
+
+  // Weight-only fused path at M = 64 (fp32 partials for 64 tokens) and N = 70000: 17.9 MB of state.
+  GemmParams g;
+  ASSERT_TRUE(parse_weight_format("int4-g128", &g.w.layout.format).ok());
+  g.w.layout.n = 70000;
+  g.w.layout.k = 256;
+  g.w.codes = g.w.meta = reinterpret_cast<const void*>(uintptr_t(256));
+  g.m = 64;
+  g.x = reinterpret_cast<const void*>(uintptr_t(256));
+  g.y = reinterpret_cast<void*>(uintptr_t(256));
+  g.path = GemmPath::kFused;
+  g.num_splits = 2;
+  const Status sg = gemm_plan(g, nullptr, &splits);
+  EXPECT_EQ(sg.code(), StatusCode::kInvalidArgument) << sg.to_string();
+  EXPECT_NE(sg.message().find("num_splits 2"), std::string::npos) << sg.message();
+  g.num_splits = 0;
+  QDEC_ASSERT_OK(gemm_plan(g, nullptr, &splits));
+  EXPECT_EQ(splits, 1);
+
+  // W4A8 at M = 1024, N = 8192: 32 MiB of int32 sums.
+  W4A8Params q;
+  q.x = Int8ActivationsView{1024,
+                            4096,
+                            reinterpret_cast<const int8_t*>(uintptr_t(256)),
+                            4096,
+                            reinterpret_cast<const float*>(uintptr_t(256)),
+                            nullptr};
+  q.w = W4A8WeightView{8192, 4096, 128, reinterpret_cast<const void*>(uintptr_t(256)), size_t(1) << 40};
+  q.y = reinterpret_cast<void*>(uintptr_t(256));
+  q.path = W4A8Path::kTokens128;
+  q.num_splits = 2;
+  W4A8Path path;
+  const Status sq = w4a8_gemm_plan(q, &path, &splits);
+  EXPECT_EQ(sq.code(), StatusCode::kInvalidArgument) << sq.to_string();
+  EXPECT_NE(sq.message().find("num_splits 2"), std::string::npos) << sq.message();
+  q.num_splits = 0;
+  QDEC_ASSERT_OK(w4a8_gemm_plan(q, &path, &splits));
+  EXPECT_EQ(splits, 1);
 }
 
 }  // namespace
