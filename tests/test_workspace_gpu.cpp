@@ -252,22 +252,27 @@ TEST(GemmWorkspace, SharedAcrossApisPathsAndShapes) {
   }
 }
 
+// Planning-only pointers: aligned, never dereferenced (plans and refusals launch nothing).
+template <class T>
+T* fake() {
+  return reinterpret_cast<T*>(uintptr_t(256));
+}
+Int8ActivationsView fake_acts(int m, int k) {
+  return Int8ActivationsView{m, k, fake<const int8_t>(), k, fake<const float>(), nullptr};
+}
+
 // The state zone caps split-K (W8A8 kMma, the weight-only fused path, W4A8): a forced split count whose state would
-// not fit is refused, naming the count; the automatic count falls back to one split. (The wgmma backend's check,
-// tile counters beyond the zone, needs over four million tiles and is not exercised.)
+// not fit is refused, naming the count; the automatic count then gives one split. Only the W4A8 shape below would
+// split without the zone (its 547 CTA columns fill the SMs' slots only at 2 or more splits); at the W8A8 and
+// weight-only shapes that overflow the zone the planners pick one split anyway (enough tiles). The wgmma backend's
+// check, tile counters beyond the zone, needs over four million tiles and is not exercised.
 TEST(GemmWorkspace, SplitStateBeyondTheZone) {
   QDEC_SKIP_WITHOUT_GPU();
   // W8A8 kMma at M = 1024, N = 8192: 32 MiB of int32 sums per split-K call, over the 16 MiB zone.
   W8A8Params p;
-  p.x = Int8ActivationsView{1024,
-                            4096,
-                            reinterpret_cast<const int8_t*>(uintptr_t(256)),
-                            4096,
-                            reinterpret_cast<const float*>(uintptr_t(256)),
-                            nullptr};
-  p.w = Int8WeightView{8192, 4096, reinterpret_cast<const int8_t*>(uintptr_t(256)), 4096,
-                       reinterpret_cast<const float*>(uintptr_t(256))};
-  p.y = reinterpret_cast<void*>(uintptr_t(256));
+  p.x = fake_acts(1024, 4096);
+  p.w = Int8WeightView{8192, 4096, fake<const int8_t>(), 4096, fake<const float>()};
+  p.y = fake<void>();
   p.backend = W8A8Backend::kMma;
   p.num_splits = 2;
   W8A8Backend b;
@@ -287,10 +292,10 @@ TEST(GemmWorkspace, SplitStateBeyondTheZone) {
   ASSERT_TRUE(parse_weight_format("int4-g128", &g.w.layout.format).ok());
   g.w.layout.n = 70000;
   g.w.layout.k = 256;
-  g.w.codes = g.w.meta = reinterpret_cast<const void*>(uintptr_t(256));
+  g.w.codes = g.w.meta = fake<const void>();
   g.m = 64;
-  g.x = reinterpret_cast<const void*>(uintptr_t(256));
-  g.y = reinterpret_cast<void*>(uintptr_t(256));
+  g.x = fake<const void>();
+  g.y = fake<void>();
   g.path = GemmPath::kFused;
   g.num_splits = 2;
   const Status sg = gemm_plan(g, nullptr, &splits);
@@ -300,17 +305,12 @@ TEST(GemmWorkspace, SplitStateBeyondTheZone) {
   QDEC_ASSERT_OK(gemm_plan(g, nullptr, &splits));
   EXPECT_EQ(splits, 1);
 
-  // W4A8 at M = 1024, N = 8192: 32 MiB of int32 sums.
+  // W4A8 at M = 64, N = 70000, K = 4096 (64-token tiles): 17.9 MB of int32 sums.
   W4A8Params q;
-  q.x = Int8ActivationsView{1024,
-                            4096,
-                            reinterpret_cast<const int8_t*>(uintptr_t(256)),
-                            4096,
-                            reinterpret_cast<const float*>(uintptr_t(256)),
-                            nullptr};
-  q.w = W4A8WeightView{8192, 4096, 128, reinterpret_cast<const void*>(uintptr_t(256)), size_t(1) << 40};
-  q.y = reinterpret_cast<void*>(uintptr_t(256));
-  q.path = W4A8Path::kTokens128;
+  q.x = fake_acts(64, 4096);
+  q.w = W4A8WeightView{70000, 4096, 128, fake<const void>(), size_t(1) << 40};
+  q.y = fake<void>();
+  q.path = W4A8Path::kTokens64;
   q.num_splits = 2;
   W4A8Path path;
   const Status sq = w4a8_gemm_plan(q, &path, &splits);
