@@ -160,6 +160,17 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
     for (int m : ms)
       if (m < 1 || m > 65536) throw BenchError(fmt::format("--m {} is outside 1..65536", m));
     const std::vector<ShapeNK> shapes = parse_shapes(o.shapes);
+    std::vector<W4A8Path> w4a8_paths;
+    for (const std::string& name : o.w4a8_paths) {
+      bool found = false;
+      for (W4A8Path q : {W4A8Path::kAuto, W4A8Path::kTokens8, W4A8Path::kTokens16, W4A8Path::kTokens32,
+                         W4A8Path::kTokens64, W4A8Path::kTokens128, W4A8Path::kDequantW8A8})
+        if (name == w4a8_path_name(q)) {
+          w4a8_paths.push_back(q);
+          found = true;
+        }
+      if (!found) throw BenchError(fmt::format("--w4a8-paths: unknown path '{}'", name));
+    }
 
     cudaStream_t stream;
     BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -233,7 +244,7 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
         if (!s.ok()) out << "W4A8 rows: " << s.to_string() << "\n";
       }
 
-      out << fmt::format("\n{:>11} {:>5} {:>16} {:>9} {:>7} {:>8} {:>7} {:>8} {:>8} {:>8} {:>12} {:>6}\n", "NxK", "M",
+      out << fmt::format("\n{:>11} {:>5} {:>16} {:>9} {:>7} {:>8} {:>7} {:>8} {:>8} {:>8} {:>17} {:>6}\n", "NxK", "M",
                          "kernel", "us", "TOPS", "GB/s", "% ceil", "x bf16", "x i8-lt", "x w4a16", "path", "MHz");
       for (const ShapeNK& sh : shapes) {
         const int max_m = *std::max_element(ms.begin(), ms.end());
@@ -438,25 +449,50 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
               p.x = Int8ActivationsView{m, sh.k, xq[0].as<int8_t>(), 0, sx.as<float>(), rs.as<int32_t>()};
               p.w = W4A8WeightView{sh.n, sh.k, group, s.d[0].get(), s.bytes};
               p.y = yb[0].get();
-              size_t wsb = 0;
-              Status st = w4a8_gemm_workspace_bytes(p, &wsb);
-              if (!st.ok()) {
-                Row r{name, "-"};
-                r.status = st.to_string();
-                rows.push_back(r);
-                continue;
+              W4A8Path auto_path = W4A8Path::kAuto;
+              int auto_splits = 0;
+              const Status auto_st = w4a8_gemm_plan(p, &auto_path, &auto_splits);
+              std::string fail = auto_st.ok() ? "" : auto_st.to_string();
+              for (size_t pi = 0; pi < w4a8_paths.size() && fail.empty(); ++pi) {
+                const W4A8Path want = w4a8_paths[pi];
+                // A forced path that is auto's pick is timed once (as auto, where auto is also requested).
+                if (want == auto_path &&
+                    std::find(w4a8_paths.begin(), w4a8_paths.end(), W4A8Path::kAuto) != w4a8_paths.end())
+                  continue;
+                p.path = want;
+                size_t wsb = 0;
+                W4A8Path used;
+                W8A8Backend w8b = W8A8Backend::kAuto;
+                int splits = 0;
+                const Status st = [&] {
+                  QDEC_RETURN_IF_ERROR(w4a8_gemm_workspace_bytes(p, &wsb));
+                  return w4a8_gemm_plan(p, &used, &splits, &w8b);
+                }();
+                if (!st.ok()) {
+                  fail = st.to_string();
+                  break;
+                }
+                Buf ws(wsb);
+                if (wsb) BENCH_CUDA(cudaMemset(ws.get(), 0, wsb));
+                p.workspace = ws.get();
+                p.workspace_bytes = wsb;
+                const std::string path =
+                    (used == W4A8Path::kDequantW8A8 ? fmt::format("dq+{} s{}", w8a8_backend_name(w8b), splits)
+                                                    : fmt::format("{} s{}", w4a8_path_name(used), splits)) +
+                    std::string(used == auto_path ? "*" : "");
+                const int n_sets = int(s.d.size());
+                timed(name, path, double(s.bytes) + double(m) * sh.k + 4.0 * m + y16, [&](int i) {
+                  p.x.q = xq[i % sets].as<int8_t>();
+                  p.w.data = s.d[i % n_sets].get();
+                  p.y = yb[i % sets].get();
+                  check_status(w4a8_gemm(p, stream), "w4a8 gemm");
+                });
               }
-              Buf ws(wsb);
-              if (wsb) BENCH_CUDA(cudaMemset(ws.get(), 0, wsb));
-              p.workspace = ws.get();
-              p.workspace_bytes = wsb;
-              const int n_sets = int(s.d.size());
-              timed(name, "auto", double(s.bytes) + double(m) * sh.k + 4.0 * m + y16, [&](int i) {
-                p.x.q = xq[i % sets].as<int8_t>();
-                p.w.data = s.d[i % n_sets].get();
-                p.y = yb[i % sets].get();
-                check_status(w4a8_gemm(p, stream), "w4a8 gemm");
-              });
+              if (!fail.empty()) {
+                Row r{name, "-"};
+                r.status = fail;
+                rows.push_back(r);
+              }
             }
           }
           const double bf16_us = rows[0].us, i8_us = rows[1].us, w4_us = rows[2].us;
@@ -469,7 +505,7 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
             const double gbps = r.bytes / (r.us * 1e-6) / 1e9;
             out << fmt::format(
                 "{:>11} {:>5} {:>16} {:>9.2f} {:>7.1f} {:>8.0f} {:>6.1f}% {:>7.2f}x {:>7.2f}x "
-                "{:>7.2f}x {:>12} {:>6.0f}\n",
+                "{:>7.2f}x {:>17} {:>6.0f}\n",
                 nk, m, r.name, r.us, flops / (r.us * 1e-6) / 1e12, gbps, 100.0 * gbps / read_gbps, bf16_us / r.us,
                 i8_us / r.us, w4_us / r.us, r.path, r.mhz);
             cases.push_back({{"n", sh.n},

@@ -24,6 +24,7 @@ struct Int8BenchOptions {
   bool w8a8 = true;            // the W8A8 rows (per channel, per block)
   bool w4a8 = true;            // the W4A8 rows (prepacks random QoQ weights on the CPU: slow at large N x K)
   int mma_max_m = 1024;        // time the kMma backend up to this M (it is the slow choice above kW8A8AutoMmaMaxM)
+  std::vector<std::string> w4a8_paths{"auto"};  // W4A8 paths timed per scheme: auto, t8 .. t128, dq-w8a8
   int iters = 30;
   int warmup = 5;
   uint64_t seed = 0x5eed005;
@@ -46,6 +47,11 @@ void add_int8_bench_options(App* app, Int8BenchOptions* o) {
   app->add_option("--w8a8", o->w8a8, "Include the W8A8 rows (true/false)")->capture_default_str();
   app->add_option("--w4a8", o->w4a8, "Include the W4A8 rows (true/false)")->capture_default_str();
   app->add_option("--mma-max-m", o->mma_max_m, "Time the W8A8 mma backend up to this M")->capture_default_str();
+  app->add_option("--w4a8-paths", o->w4a8_paths,
+                  "W4A8 paths to time, comma list of auto, t8, t16, t32, t64, t128, dq-w8a8 (forced paths that equal "
+                  "auto's pick are timed once; '*' marks auto's pick)")
+      ->delimiter(',')
+      ->capture_default_str();
   app->add_option("--iters", o->iters, "Timed launches per case (median reported)")->capture_default_str();
   app->add_option("--warmup", o->warmup, "Untimed launches per case")->capture_default_str();
   app->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();

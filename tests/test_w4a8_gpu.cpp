@@ -1,8 +1,9 @@
 // The W4A8 (QoQ) GEMM on the GPU against the float64 references w4a8_group_gemm_reference /
 // w4a8_channel_gemm_reference (on the same int8 activations and uint4 weights): groups 32/64/128 and the
-// per-channel scheme, M in {1, 3, 16, 100, 1024}, odd N, several K, every configuration forced, forced and
-// automatic split-K, bias, Y bf16/fp16/fp32, padded ldq/ldy. Every case runs twice (the split-K workspace must be
-// left at zero), the output is poisoned (NaN) before each launch. Bad inputs return a Status naming the value
+// per-channel scheme, M in {1, 3, 16, 100, 1024}, odd N, several K, every configuration forced (the dequantize +
+// W8A8 path with each W8A8 backend), forced and automatic split-K, bias, Y bf16/fp16/fp32, padded ldq/ldy. Every
+// case runs twice (the workspace's split-K state zone must be left at zero), the output is poisoned (NaN) before
+// each launch. Bad inputs return a Status naming the value
 // and launch nothing. GPU cases skip, with the reason, without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include "gpu_util.h"
 #include "qdec/formats.h"
 #include "qdec/w4a8_gemm.h"
+#include "qdec/workspace.h"
 #include "test_util.h"
 
 namespace qdec {
@@ -35,15 +37,17 @@ struct Case {
   W4A8Path path = W4A8Path::kAuto;
   int splits = 0;
   bool bias = false;
+  W8A8Backend w8a8 = W8A8Backend::kAuto;   // kDequantW8A8's backend
+  W4A8Path expect_path = W4A8Path::kAuto;  // with path kAuto: the path it must resolve to (kAuto: not checked)
   GemmDType y_dtype = GemmDType::kBF16;
   int ldq_pad = 0, ldy_pad = 0;
 };
 
 std::string describe(const Case& c) {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "g%d m%d n%d k%d path %s splits %d bias %d y %s ldq+%d ldy+%d", c.group_size, c.m,
-                c.n, c.k, w4a8_path_name(c.path), c.splits, int(c.bias), gemm_dtype_name(c.y_dtype), c.ldq_pad,
-                c.ldy_pad);
+  std::snprintf(buf, sizeof(buf), "g%d m%d n%d k%d path %s (w8a8 %s) splits %d bias %d y %s ldq+%d ldy+%d",
+                c.group_size, c.m, c.n, c.k, w4a8_path_name(c.path), w8a8_backend_name(c.w8a8), c.splits, int(c.bias),
+                gemm_dtype_name(c.y_dtype), c.ldq_pad, c.ldy_pad);
   return buf;
 }
 
@@ -128,6 +132,7 @@ double run_case(const Case& c, std::mt19937_64& rng) {
   p.ldy = ldy;
   p.path = c.path;
   p.num_splits = c.splits;
+  p.w8a8_backend = c.w8a8;
   size_t ws = 0;
   EXPECT_TRUE(w4a8_gemm_workspace_bytes(p, &ws).ok());
   DeviceBuffer d_ws(ws);
@@ -137,9 +142,18 @@ double run_case(const Case& c, std::mt19937_64& rng) {
   p.workspace = d_ws.get();
   p.workspace_bytes = ws;
   W4A8Path path;
+  W8A8Backend w8a8 = W8A8Backend::kAuto;
   int splits = 0;
-  EXPECT_TRUE(w4a8_gemm_plan(p, &path, &splits).ok());
-  if (c.splits > 0) {
+  EXPECT_TRUE(w4a8_gemm_plan(p, &path, &splits, &w8a8).ok());
+  if (const W4A8Path want = c.path != W4A8Path::kAuto ? c.path : c.expect_path; want != W4A8Path::kAuto) {
+    EXPECT_EQ(path, want) << "resolved " << w4a8_path_name(path) << ", expected " << w4a8_path_name(want);
+  }
+  if (path == W4A8Path::kDequantW8A8) {
+    EXPECT_GT(ws, kWorkspaceStateBytes);  // the int8 weights live past the state zone
+    if (c.w8a8 != W8A8Backend::kAuto) {
+      EXPECT_EQ(w8a8, c.w8a8);
+    }
+  } else if (c.splits > 0) {
     EXPECT_EQ(splits, std::min(c.splits, c.k / 64));
   }
 
@@ -156,25 +170,26 @@ double run_case(const Case& c, std::mt19937_64& rng) {
       for (int j = 0; j < c.n; ++j) got[size_t(r) * c.n + j] = read_y(y, c.y_dtype, size_t(r) * ldy + j);
     const double err = rel_l2(got.data(), ref.data(), got.size());
     const double tol = c.y_dtype == GemmDType::kFP32 ? kTolFp32 : kTol;
-    EXPECT_LE(err, tol) << "rep " << rep << " (resolved path " << w4a8_path_name(path) << ", splits " << splits << ")";
+    EXPECT_LE(err, tol) << "rep " << rep << " (resolved path " << w4a8_path_name(path) << ", w8a8 "
+                        << w8a8_backend_name(w8a8) << ", splits " << splits << ")";
     worst = std::max(worst, err);
     // Columns past N inside ldy stay poisoned: the kernel writes only [M, N].
     if (c.ldy_pad > 0) {
       EXPECT_TRUE(std::isnan(read_y(y, c.y_dtype, size_t(ldy) - 1)));
     }
   }
-  if (ws) {  // the workspace is left zero for the next call
-    std::vector<uint8_t> wsb(ws);
-    EXPECT_EQ(cudaMemcpy(wsb.data(), d_ws.get(), ws, cudaMemcpyDeviceToHost), cudaSuccess);
+  if (ws) {  // the split-K state zone is left zero for the next call (scratch past it may hold anything)
+    std::vector<uint8_t> wsb(std::min(ws, kWorkspaceStateBytes));
+    EXPECT_EQ(cudaMemcpy(wsb.data(), d_ws.get(), wsb.size(), cudaMemcpyDeviceToHost), cudaSuccess);
     size_t nonzero = 0;
     for (uint8_t b : wsb) nonzero += b != 0;
-    EXPECT_EQ(nonzero, 0u) << "workspace bytes left nonzero";
+    EXPECT_EQ(nonzero, 0u) << "state-zone bytes left nonzero";
   }
   return worst;
 }
 
-constexpr W4A8Path kPaths[] = {W4A8Path::kTokens8, W4A8Path::kTokens16, W4A8Path::kTokens32, W4A8Path::kTokens64,
-                               W4A8Path::kTokens128};
+constexpr W4A8Path kPaths[] = {W4A8Path::kTokens8,  W4A8Path::kTokens16,  W4A8Path::kTokens32,
+                               W4A8Path::kTokens64, W4A8Path::kTokens128, W4A8Path::kDequantW8A8};
 
 // Every configuration x M in {1, 3, 16, 100} for one scheme; split counts, bias and Y dtype rotate.
 void every_path(int gs) {
@@ -247,6 +262,55 @@ TEST(W4A8Gpu, LargeMAndShapes) {
     run_case(c, rng);
   }
   std::printf("[w4a8] large M and shapes: worst rel L2 fp32 Y %.3g\n", worst32);
+}
+
+// The dequantize + W8A8 path on each W8A8 backend (kWgmma where the build and device have it), both schemes, M
+// across the backends' tile sizes, forced and automatic splits, odd N, padded strides.
+TEST(W4A8Gpu, DequantW8A8EveryBackend) {
+  QDEC_SKIP_WITHOUT_GPU();
+  QDEC_TEST_RNG(rng);
+  double worst32 = 0;
+  int i = 0;
+  for (W8A8Backend b : {W8A8Backend::kMma, W8A8Backend::kCublasLt, W8A8Backend::kWgmma}) {
+    if (b == W8A8Backend::kWgmma) {
+      W8A8Params q;  // planning only: is the wgmma backend here?
+      alignas(256) static uint8_t host[256];
+      q.x = Int8ActivationsView{
+          300, 256, reinterpret_cast<const int8_t*>(host), 0, reinterpret_cast<const float*>(host), nullptr};
+      q.w = Int8WeightView{64, 256, reinterpret_cast<const int8_t*>(host), 0, reinterpret_cast<const float*>(host)};
+      q.y = host;
+      q.backend = b;
+      W8A8Backend u;
+      int sp = 0;
+      const Status st = w8a8_plan(q, &u, &sp);
+      if (!st.ok()) {
+        std::printf("[ INFO ] wgmma backend: %s; its cases are left out\n", st.to_string().c_str());
+        continue;
+      }
+    }
+    for (int gs : {128, 0, 64})
+      for (const Case& c0 : {Case{gs, 5, 257, 384}, Case{gs, 100, 130, 1024}, Case{gs, 300, 1001, 512}}) {
+        Case c = c0;
+        c.path = W4A8Path::kDequantW8A8;
+        c.w8a8 = b;
+        c.splits = b == W8A8Backend::kCublasLt ? 0 : (i % 2 ? 3 : 0);
+        c.bias = i % 2 == 0;
+        c.y_dtype = GemmDType::kFP32;
+        c.ldq_pad = i % 3 == 0 ? 16 : 0;
+        c.ldy_pad = i % 3 == 1 ? 5 : 0;
+        ++i;
+        worst32 = std::max(worst32, run_case(c, rng));
+        if (::testing::Test::HasFailure()) return;
+      }
+  }
+  // kAuto at and above kW4A8AutoDequantMinM resolves to this path (run_case reports the resolved path).
+  Case c{128, kW4A8AutoDequantMinM, 257, 256};
+  c.expect_path = W4A8Path::kDequantW8A8;
+  run_case(c, rng);
+  c = Case{0, kW4A8AutoDequantMinM - 1, 257, 256};
+  c.expect_path = W4A8Path::kTokens64;
+  run_case(c, rng);
+  std::printf("[w4a8] dequantize + w8a8, every backend: worst rel L2 fp32 Y %.3g\n", worst32);
 }
 
 // ---- Bad inputs: a Status naming the value, nothing launched ---------------------------------------------------
@@ -335,6 +399,51 @@ TEST_F(W4A8Errors, Shapes) {
   p.w.group_size = 0;
   p.x.row_sum = nullptr;
   expect_error("row sums x.row_sum are null");
+  SetUp();
+  p.path = static_cast<W4A8Path>(7);
+  expect_error("path 7 is unknown");
+  SetUp();
+  p.w8a8_backend = static_cast<W8A8Backend>(9);
+  expect_error("w8a8_backend 9 is unknown");
+}
+
+// The dequantize path's workspace: 256-byte alignment (w8a8_gemm's), its full size; the output stays poisoned.
+TEST_F(W4A8Errors, DequantWorkspace) {
+  QDEC_SKIP_WITHOUT_GPU();
+  QDEC_TEST_RNG(rng);
+  const int m = 20, n = 64, k = 512;
+  std::vector<float> wf = make_weights(rng, n, k);
+  QoQGroupWeights w;
+  ASSERT_TRUE(qoq_quantize_weights(wf.data(), n, k, 128, &w).ok());
+  W4A8Packed packed;
+  ASSERT_TRUE(w4a8_prepack(w, &packed).ok());
+  DeviceBuffer d_w(packed.data.size()), d_x(size_t(m) * k), d_s(4 * m), d_y(size_t(m) * n * 2);
+  QDEC_CUDA_CHECK(cudaMemcpy(d_w.get(), packed.data.data(), packed.data.size(), cudaMemcpyHostToDevice));
+  QDEC_CUDA_CHECK(cudaMemset(d_x.get(), 1, d_x.bytes()));
+  QDEC_CUDA_CHECK(cudaMemset(d_s.get(), 0, d_s.bytes()));
+  QDEC_CUDA_CHECK(cudaMemset(d_y.get(), 0xFF, d_y.bytes()));
+  W4A8Params q;
+  q.x = {m, k, d_x.as<int8_t>(), 0, d_s.as<float>(), nullptr};
+  q.w = {n, k, 128, d_w.get(), packed.data.size()};
+  q.y = d_y.get();
+  q.path = W4A8Path::kDequantW8A8;
+  size_t ws = 0;
+  QDEC_ASSERT_OK(w4a8_gemm_workspace_bytes(q, &ws));
+  ASSERT_GE(ws, kWorkspaceStateBytes + size_t(n) * k);
+  DeviceBuffer d_ws(ws + 256);
+  q.workspace = d_ws.get();
+  q.workspace_bytes = ws - 1;
+  Status s = w4a8_gemm(q, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("workspace bytes " + std::to_string(ws - 1)), std::string::npos) << s.message();
+  q.workspace = static_cast<uint8_t*>(d_ws.get()) + 16;
+  q.workspace_bytes = ws;
+  s = w4a8_gemm(q, nullptr);
+  EXPECT_NE(s.message().find("workspace is not 256-byte aligned"), std::string::npos) << s.message();
+  QDEC_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> y(size_t(m) * n);
+  QDEC_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), y.size() * 2, cudaMemcpyDeviceToHost));
+  for (uint16_t v : y) ASSERT_EQ(v, 0xFFFF) << "a kernel ran despite the error";
 }
 
 TEST_F(W4A8Errors, WorkspaceTooSmall) {

@@ -1,12 +1,15 @@
 // The W4A8 prepack (docs/formats.md, "W4A8 kernel layout") on the CPU: hand-written byte positions, and an
 // unpacker written here from the document (not from src/int8gemm/w4a8_layout.h) that must give back every code,
-// group scale, zero and channel scale of random weights; prepack errors.
+// group scale, zero and channel scale of random weights; prepack errors; the in-register uint4 -> int8 step
+// (w4a8_layout.h's dequant4, shared by the GEMM kernel and the dequantize path) on every valid (q, z, s1).
+#include <cuda_runtime.h>  // __host__ __device__ of the layout header
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "int8gemm/w4a8_layout.h"
 #include "qdec/w4a8_gemm.h"
 #include "test_util.h"
 
@@ -226,6 +229,33 @@ TEST(W4A8Prepack, Errors) {
   c.zeros.assign(1, 0);
   s = w4a8_prepack(c, &p);
   EXPECT_NE(s.message().find("inconsistent sizes"), std::string::npos) << s.message();
+}
+
+// Four codes per word, every zero and group scale the prepack accepts (s1 <= 17, (q - z) * s1 in int8 for all four
+// codes), s1 = 1 for the per-channel scheme: each byte of dequant4 is (q - z) * s1 in two's complement, whatever
+// the other three codes are (no carry or borrow crosses a byte, also where the bias word borrowed: z * s1 > 128).
+TEST(W4A8Prepack, InRegisterDequantExact) {
+  long long words = 0;
+  for (uint32_t s1 = 1; s1 <= uint32_t(w4a8::kMaxGroupScale); ++s1)
+    for (int z = 0; z < 16; ++z) {
+      std::vector<int> valid;
+      for (int q = 0; q < 16; ++q)
+        if ((q - z) * int(s1) >= -128 && (q - z) * int(s1) <= 127) valid.push_back(q);
+      const uint32_t bias = w4a8::dequant_bias(uint32_t(z) * s1);
+      // All 4-tuples of valid codes at the extremes and a rotation through the rest.
+      for (size_t a = 0; a < valid.size(); ++a)
+        for (size_t b = 0; b < valid.size(); ++b) {
+          const int q[4] = {valid[a], valid[b], valid[(a + b) % valid.size()], valid[valid.size() - 1 - a]};
+          const uint32_t q4 = uint32_t(q[0]) | uint32_t(q[1]) << 8 | uint32_t(q[2]) << 16 | uint32_t(q[3]) << 24;
+          const uint32_t out = w4a8::dequant4(q4, s1, bias);
+          for (int j = 0; j < 4; ++j)
+            ASSERT_EQ(int(int8_t(uint8_t(out >> (8 * j)))), (q[j] - z) * int(s1))
+                << "s1 " << s1 << " z " << z << " codes " << q[0] << "," << q[1] << "," << q[2] << "," << q[3]
+                << " byte " << j;
+          ++words;
+        }
+    }
+  EXPECT_GT(words, 10000);
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // One workspace, zero-filled once, shared by every GEMM-family call and path in turn (qdec/workspace.h): calls
 // whose scratch is written before it is read (the weight-only dequantize path, cuBLASLt's int32 output, the
-// wgmma backend's per-split partials) alternate with split-K calls that need zeroed counters and partial sums
-// (the fused weight-only kernel, W8A8 kMma, W4A8), across the three APIs and two weight shapes. Each call's
-// output is poisoned before it and checked against its float64 reference. Before the state zone, a split-K call
-// after a scratch-writing call read the scratch as its tickets. Skipped, with the reason, without a GPU.
+// wgmma backend's per-split partials, W4A8's int8 weights on its dequantize path) alternate with split-K calls that
+// need zeroed counters and partial sums (the fused weight-only kernel, W8A8 kMma, W4A8), across the three APIs and two
+// weight shapes. Each call's output is poisoned before it and checked against its float64 reference. Before the state
+// zone, a split-K call after a scratch-writing call read the scratch as its tickets. Skipped, with the reason, without
+// a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -128,7 +129,8 @@ TEST(GemmWorkspace, SharedAcrossApisPathsAndShapes) {
   wo[4].p.num_splits = 4;
 
   // W8A8 [1500, 2048]: kCublasLt at M = 64, kMma at M = 4 with 4 splits, kWgmma at M = 256 with 2 splits (where
-  // supported). W4A8 qoq-g128 [1200, 2048] at M = 3 with 4 splits.
+  // supported). W4A8 qoq-g128 [1200, 2048] at M = 3 with 4 splits, and at M = 20 on the dequantize path (int8 scratch
+  // past the zone) with W8A8 kMma in 4 splits (state in the zone).
   std::normal_distribution<float> nd(0.f, 1.f);
   const int n8 = 1500, n4 = 1200;
   std::vector<float> wf(size_t(n8) * k);
@@ -157,24 +159,25 @@ TEST(GemmWorkspace, SharedAcrossApisPathsAndShapes) {
     W8A8Params p8;
     W4A8Params p4;
   };
-  std::vector<Int8Call> ic(4);
+  std::vector<Int8Call> ic(5);
   const W8A8Backend backends[3] = {W8A8Backend::kCublasLt, W8A8Backend::kMma, W8A8Backend::kWgmma};
   const int m8[3] = {64, 4, 256}, s8[3] = {0, 4, 2};
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 5; ++i) {
     Int8Call& c = ic[i];
-    c.w4a8 = i == 3;
+    c.w4a8 = i >= 3;
     c.n = c.w4a8 ? n4 : n8;
-    const int m = c.w4a8 ? 3 : m8[i];
+    const int m = i == 3 ? 3 : i == 4 ? 20 : m8[i];
     ASSERT_NO_FATAL_FAILURE(make_acts(rng, m, k, &c.acts));
     ASSERT_EQ(c.y.allocate(size_t(m) * c.n * 2), cudaSuccess);
     c.ref.resize(size_t(m) * c.n);
     if (c.w4a8) {
-      c.name = "w4a8 t8 s4";
+      c.name = i == 3 ? "w4a8 t8 s4" : "w4a8 dq-w8a8 mma s4";
       QDEC_ASSERT_OK(w4a8_group_gemm_reference(c.acts.host, w4, nullptr, c.ref.data()));
       c.p4.x = c.acts.view();
       c.p4.w = W4A8WeightView{n4, k, 128, dw4.get(), pk.data.size()};
       c.p4.y = c.y.get();
-      c.p4.path = W4A8Path::kTokens8;
+      c.p4.path = i == 3 ? W4A8Path::kTokens8 : W4A8Path::kDequantW8A8;
+      c.p4.w8a8_backend = W8A8Backend::kMma;
       c.p4.num_splits = 4;
     } else {
       c.name = std::string("w8a8 ") + w8a8_backend_name(backends[i]) + " m" + std::to_string(m);
@@ -198,7 +201,7 @@ TEST(GemmWorkspace, SharedAcrossApisPathsAndShapes) {
     QDEC_ASSERT_OK(gemm_workspace_bytes(c.p, &b));
     bytes = std::max(bytes, b);
   }
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 5; ++i) {
     if (i == 2 && !wgmma) continue;
     size_t b = 0;
     if (ic[i].w4a8) {
@@ -242,9 +245,10 @@ TEST(GemmWorkspace, SharedAcrossApisPathsAndShapes) {
   };
   const std::vector<std::function<void()>> order = {
       [&] { run_wo(0); },   [&] { run_wo(1); },   [&] { run_wo(2); },   [&] { run_int8(0); }, [&] { run_int8(1); },
-      [&] { run_wo(3); },   [&] { run_int8(3); }, [&] { run_int8(2); }, [&] { run_wo(4); },   [&] { run_int8(0); },
-      [&] { run_wo(2); },   [&] { run_wo(1); },   [&] { run_wo(3); },   [&] { run_int8(1); }, [&] { run_int8(2); },
-      [&] { run_int8(3); }, [&] { run_wo(0); },   [&] { run_wo(4); },   [&] { run_wo(1); }};
+      [&] { run_wo(3); },   [&] { run_int8(3); }, [&] { run_int8(4); }, [&] { run_int8(2); }, [&] { run_wo(4); },
+      [&] { run_int8(0); }, [&] { run_wo(2); },   [&] { run_wo(1); },   [&] { run_int8(4); }, [&] { run_wo(3); },
+      [&] { run_int8(1); }, [&] { run_int8(2); }, [&] { run_int8(3); }, [&] { run_wo(0); },   [&] { run_wo(4); },
+      [&] { run_int8(4); }, [&] { run_wo(1); }};
   for (size_t step = 0; step < order.size(); ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     order[step]();

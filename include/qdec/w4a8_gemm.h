@@ -15,6 +15,7 @@
 #include "qdec/int8_gemm.h"
 #include "qdec/int8_quant.h"
 #include "qdec/status.h"
+#include "qdec/w8a8_gemm.h"
 
 namespace qdec {
 
@@ -33,10 +34,19 @@ struct W4A8WeightView {
   size_t bytes = 0;            // its size (validated against n, k, group_size)
 };
 
-// Kernel configurations (docs/int8_w4a8.md): tokens per CTA tile. kAuto picks by M; the others force one (tests,
-// measurements). Every configuration covers any M (token tiles repeat).
-enum class W4A8Path : uint8_t { kAuto = 0, kTokens8, kTokens16, kTokens32, kTokens64, kTokens128 };
+// Paths (docs/int8_w4a8.md). kTokens8 .. kTokens128: the W4A8 kernel, tokens per CTA tile; every one covers any M
+// (token tiles repeat). kDequantW8A8 (prefill): the packed weights are first dequantized into int8 scratch in the
+// workspace ((q - z) * s1, exact by the protective range; qoq-c: q - z), then w8a8_gemm runs on them with s0 (qoq-c:
+// s) as its channel scales: the same int32 sums, one more pass over the weights (N x K / 2 bytes read, N x K
+// written), the W8A8 kernels' tensor-core rate. kAuto picks by M; the others force one (tests, measurements).
+enum class W4A8Path : uint8_t { kAuto = 0, kTokens8, kTokens16, kTokens32, kTokens64, kTokens128, kDequantW8A8 };
 const char* w4a8_path_name(W4A8Path p);
+
+// Smallest M for which kAuto takes kDequantW8A8; below it the W4A8 kernel: kTokens8 / 16 / 32 for M <= 8 / 16 / 32,
+// else kTokens64 (kTokens128 is never automatic). From the H200 table in docs/int8_w4a8.md, against the faster of
+// kTokens64 / kTokens128: at M >= 384 the dequantize path was faster in every shape x scheme cell (1.14x-2.5x), at
+// M = 128 and 256 in 22 of 28 (0.61x-0.96x in the others), at M = 64 in 6 of 14.
+inline constexpr int kW4A8AutoDequantMinM = 128;
 
 struct W4A8Params {
   Int8ActivationsView x;  // x.k == w.k; row_sum required for group_size 0
@@ -49,12 +59,18 @@ struct W4A8Params {
                                          // shareable with the other GEMM calls (qdec/workspace.h)
   size_t workspace_bytes = 0;
   W4A8Path path = W4A8Path::kAuto;  // added: force a configuration
-  int num_splits = 0;               // added: 0 = automatic split-K count, >= 1 forces it (clamped to K / 64)
+  int num_splits = 0;               // added: 0 = automatic split-K count, >= 1 forces it (clamped to K / 64);
+                                    // kDequantW8A8: W8A8Params::num_splits of its w8a8_gemm
+  W8A8Backend w8a8_backend = W8A8Backend::kAuto;  // kDequantW8A8: the backend of its w8a8_gemm
 };
 
+// Workspace bytes of the call. The W4A8 kernel needs them only with split-K (state zone, qdec/workspace.h);
+// kDequantW8A8 needs the int8 weights (N x K) and scales past the state zone and its w8a8_gemm's workspace, and a
+// 256-byte aligned buffer.
 Status w4a8_gemm_workspace_bytes(const W4A8Params& p, size_t* bytes);
-// Added: the configuration and split-K count a call would use, after validation (workspace not checked).
-Status w4a8_gemm_plan(const W4A8Params& p, W4A8Path* path, int* num_splits);
+// Added: the configuration and split-K count a call would use, after validation (workspace not checked); for
+// kDequantW8A8 the split count and (if w8a8_backend is not null) the backend of its w8a8_gemm.
+Status w4a8_gemm_plan(const W4A8Params& p, W4A8Path* path, int* num_splits, W8A8Backend* w8a8_backend = nullptr);
 // Validate, then launch on `stream`. On error nothing is launched.
 Status w4a8_gemm(const W4A8Params& p, cudaStream_t stream);
 

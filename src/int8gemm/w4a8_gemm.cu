@@ -5,9 +5,11 @@
 #include <atomic>
 #include <string>
 
+#include "int8gemm/w4a8_dequant.h"
 #include "int8gemm/w4a8_kernel.cuh"
 #include "int8gemm/w4a8_layout.h"
 #include "qdec/w4a8_gemm.h"
+#include "qdec/workspace.h"
 #include "runtime/cuda_check.h"
 
 namespace qdec {
@@ -59,6 +61,8 @@ const char* w4a8_path_name(W4A8Path p) {
       return "t64";
     case W4A8Path::kTokens128:
       return "t128";
+    case W4A8Path::kDequantW8A8:
+      return "dq-w8a8";
   }
   return "?";
 }
@@ -202,7 +206,15 @@ struct Plan {
   int splits = 1, kt_per_split = 0;
   dim3 grid;
   size_t accum_bytes = 0, workspace_bytes = 0;
+  // kDequantW8A8: [w8a8_gemm's workspace (state zone + its scratch)][int8 weights][fp32 scales]
+  W8A8Params w8;  // planning pointers; the launch sets the weight's
+  W8A8Backend w8_backend = W8A8Backend::kAuto;
+  size_t w8_ws_bytes = 0, q_offset = 0, scale_offset = 0;
 };
+
+size_t round256(size_t b) {
+  return (b + 255) / 256 * 256;
+}
 
 Status validate(const W4A8Params& p) {
   const Int8ActivationsView& x = p.x;
@@ -239,7 +251,9 @@ Status validate(const W4A8Params& p) {
     return invalid("output y is not " + std::to_string(ysize) + "-byte aligned");
   const long long ldy = p.ldy ? p.ldy : w.n;
   if (ldy < w.n) return invalid("ldy " + std::to_string(ldy) + " is smaller than N " + std::to_string(w.n));
-  if (int(p.path) > int(W4A8Path::kTokens128)) return invalid("path " + std::to_string(int(p.path)) + " is unknown");
+  if (int(p.path) > int(W4A8Path::kDequantW8A8)) return invalid("path " + std::to_string(int(p.path)) + " is unknown");
+  if (int(p.w8a8_backend) > int(W8A8Backend::kWgmma))
+    return invalid("w8a8_backend " + std::to_string(int(p.w8a8_backend)) + " is unknown");
   if (p.num_splits < 0) return invalid("num_splits " + std::to_string(p.num_splits) + " must be >= 0");
   return Status::Ok();
 }
@@ -250,11 +264,34 @@ Status make_plan(const W4A8Params& p, Plan* plan) {
   const PackedLayout lay{p.w.n, p.w.k, p.w.group_size};
   W4A8Path path = p.path;
   if (path == W4A8Path::kAuto)
-    path = m <= 8     ? W4A8Path::kTokens8
-           : m <= 16  ? W4A8Path::kTokens16
-           : m <= 32  ? W4A8Path::kTokens32
-           : m <= 256 ? W4A8Path::kTokens64
-                      : W4A8Path::kTokens128;
+    path = m <= 8                     ? W4A8Path::kTokens8
+           : m <= 16                  ? W4A8Path::kTokens16
+           : m <= 32                  ? W4A8Path::kTokens32
+           : m < kW4A8AutoDequantMinM ? W4A8Path::kTokens64
+                                      : W4A8Path::kDequantW8A8;
+  if (path == W4A8Path::kDequantW8A8) {
+    // The W8A8 call on the int8 weights. Planning needs aligned non-null weight pointers only: the packed weight's
+    // address stands in (validated, 16-byte aligned, never dereferenced by planning); w4a8_gemm sets the real ones.
+    W8A8Params& w8 = plan->w8;
+    w8.x = p.x;
+    w8.w =
+        Int8WeightView{p.w.n, p.w.k, static_cast<const int8_t*>(p.w.data), p.w.k, static_cast<const float*>(p.w.data)};
+    w8.bias = p.bias;
+    w8.y_dtype = p.y_dtype;
+    w8.y = p.y;
+    w8.ldy = p.ldy;
+    w8.backend = p.w8a8_backend;
+    w8.num_splits = p.num_splits;
+    int w8_splits = 1;
+    QDEC_RETURN_IF_ERROR(w8a8_plan(w8, &plan->w8_backend, &w8_splits));
+    QDEC_RETURN_IF_ERROR(w8a8_gemm_workspace_bytes(w8, &plan->w8_ws_bytes));
+    plan->path = path;
+    plan->splits = w8_splits;
+    plan->q_offset = std::max(round256(plan->w8_ws_bytes), kWorkspaceStateBytes);
+    plan->scale_offset = plan->q_offset + round256(size_t(p.w.n) * size_t(p.w.k));
+    plan->workspace_bytes = plan->scale_offset + round256(size_t(p.w.n) * 4);
+    return Status::Ok();
+  }
   const int tokens = cfg_tokens(path);
   const int cols = (lay.n_blocks() + w4a8::kCtaBlocks - 1) / w4a8::kCtaBlocks;
   const int rows = (m + tokens - 1) / tokens;
@@ -341,13 +378,14 @@ Status w4a8_gemm_workspace_bytes(const W4A8Params& p, size_t* bytes) {
   return Status::Ok();
 }
 
-Status w4a8_gemm_plan(const W4A8Params& p, W4A8Path* path, int* num_splits) {
+Status w4a8_gemm_plan(const W4A8Params& p, W4A8Path* path, int* num_splits, W8A8Backend* w8a8_backend) {
   if (!path || !num_splits) return invalid("output pointer path or num_splits is null");
   QDEC_RETURN_IF_ERROR(validate(p));
   Plan plan;
   QDEC_RETURN_IF_ERROR(make_plan(p, &plan));
   *path = plan.path;
   *num_splits = plan.splits;
+  if (w8a8_backend) *w8a8_backend = plan.w8_backend;
   return Status::Ok();
 }
 
@@ -355,15 +393,30 @@ Status w4a8_gemm(const W4A8Params& p, cudaStream_t stream) {
   QDEC_RETURN_IF_ERROR(validate(p));
   Plan plan;
   QDEC_RETURN_IF_ERROR(make_plan(p, &plan));
+  const bool dequant = plan.path == W4A8Path::kDequantW8A8;
   if (plan.workspace_bytes > 0) {
     if (!p.workspace)
       return invalid("workspace is null; this call needs " + std::to_string(plan.workspace_bytes) + " bytes");
-    if (reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0) return invalid("workspace is not 16-byte aligned");
+    const int align = dequant ? 256 : 16;
+    if (reinterpret_cast<uintptr_t>(p.workspace) % align != 0)
+      return invalid("workspace is not " + std::to_string(align) + "-byte aligned");
     if (p.workspace_bytes < plan.workspace_bytes)
       return invalid("workspace bytes " + std::to_string(p.workspace_bytes) + " are fewer than the " +
                      std::to_string(plan.workspace_bytes) + " this call needs");
   }
   const PackedLayout lay{p.w.n, p.w.k, p.w.group_size};
+  if (dequant) {
+    auto* ws = static_cast<uint8_t*>(p.workspace);
+    auto* q = reinterpret_cast<int8_t*>(ws + plan.q_offset);
+    auto* scales = reinterpret_cast<float*>(ws + plan.scale_offset);
+    QDEC_RETURN_IF_ERROR(w4a8::dequantize_to_int8(lay, p.w.data, q, scales, stream));
+    W8A8Params w8 = plan.w8;
+    w8.w.q = q;
+    w8.w.scale = scales;
+    w8.workspace = p.workspace;
+    w8.workspace_bytes = plan.w8_ws_bytes;
+    return w8a8_gemm(w8, stream);
+  }
   const bool group = p.w.group_size != 0;
   const auto* base = static_cast<const uint8_t*>(p.w.data);
   w4a8::KernelParams kp{};

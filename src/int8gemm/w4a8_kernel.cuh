@@ -129,11 +129,6 @@ __device__ __forceinline__ void mma_k32(int (&d)[4], uint32_t a0, uint32_t a1, u
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Four codes (one per byte, 0..15) -> four int8 (q - z) * s1: bias = 0x80808080 - z*s1 * 0x01010101.
-__device__ __forceinline__ uint32_t dequant4(uint32_t q4, uint32_t s1, uint32_t bias) {
-  return (q4 * s1 + bias) ^ 0x80808080u;
-}
-
 __device__ __forceinline__ void store_y(void* y, int dtype, size_t idx, float v) {
   if (dtype == 0) {
     static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
@@ -262,8 +257,8 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
       if constexpr (kGroup) {
         const uint32_t mw = lds32(st + meta_off + (C::kPrivate ? 0 : blk * 64));
         const uint32_t s_lo = mw & 0xFF, s_hi = (mw >> 16) & 0xFF;
-        const uint32_t b_lo = 0x80808080u - ((mw >> 8) & 0xFF) * 0x01010101u;
-        const uint32_t b_hi = 0x80808080u - (mw >> 24) * 0x01010101u;
+        const uint32_t b_lo = dequant_bias((mw >> 8) & 0xFF);
+        const uint32_t b_hi = dequant_bias(mw >> 24);
         a[0][0] = dequant4(w.x & 0x0F0F0F0Fu, s_lo, b_lo);
         a[0][2] = dequant4((w.x >> 4) & 0x0F0F0F0Fu, s_lo, b_lo);
         a[0][1] = dequant4(w.y & 0x0F0F0F0Fu, s_hi, b_hi);

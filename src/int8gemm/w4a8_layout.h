@@ -57,4 +57,15 @@ struct PackedLayout {
   }
 };
 
+// Four codes (one per byte, 0..15) -> four int8 (q - z) * s1 (two's complement bytes), with
+// bias = dequant_bias(z * s1). Per byte q * s1 + 128 - z * s1 = (q - z) * s1 + 128 lies in 0..255 whenever
+// (q - z) * s1 fits in int8 (the prepack checks it), so the 32-bit sum has no carries between bytes even where
+// the bias word itself borrowed (z * s1 > 128), and ^ 0x80 per byte removes the +128. qoq-c uses s1 = 1.
+__host__ __device__ constexpr uint32_t dequant_bias(uint32_t zs1) {
+  return 0x80808080u - zs1 * 0x01010101u;
+}
+__host__ __device__ constexpr uint32_t dequant4(uint32_t q4, uint32_t s1, uint32_t bias) {
+  return (q4 * s1 + bias) ^ 0x80808080u;
+}
+
 }  // namespace qdec::w4a8
