@@ -6,6 +6,8 @@
 // and fp16 scales are set to valid values).
 //
 //   w4a8_probe [--shapes 4096x4096,...|all] [--m 1,16,256] [--iters 30] [--scheme g128|c] [--paths]
+//              [--splits 0,1,2,4]   (--paths: every configuration and the dequantize path; --splits: each forced
+//                                    split count, 0 = automatic, for every path timed)
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -120,7 +122,8 @@ std::vector<int> parse_ints(const std::string& s) {
 
 int main(int argc, char** argv) {
   try {
-    std::string shapes_s = "4096x4096,28672x4096,4096x14336,8192x8192", m_s = "1,4,16,32,64,128,256,1024,4096";
+    std::string shapes_s = "4096x4096,28672x4096,4096x14336,8192x8192", m_s = "1,4,16,32,64,128,256,1024,4096",
+                splits_s = "0";
     int iters = 30;
     bool channel = false, paths = false;
     for (int i = 1; i < argc; ++i) {
@@ -139,6 +142,8 @@ int main(int argc, char** argv) {
         channel = next() == "c";
       } else if (a == "--paths") {
         paths = true;
+      } else if (a == "--splits") {
+        splits_s = next();
       } else {
         throw BenchError("unknown option " + a);
       }
@@ -168,6 +173,7 @@ int main(int argc, char** argv) {
     std::printf("%-11s %5s | %8s %-9s %7s %6s | %8s %8s %8s | %7s %7s %7s\n", "NxK", "M", "w4a8 us", "path", "W GB/s",
                 "%ceil", "i8lt us", "w4a16 us", "bf16 us", "x i8lt", "x w4a16", "x bf16");
     const std::vector<int> ms = parse_ints(m_s);
+    const std::vector<int> split_list = parse_ints(splits_s);
     const int gs = channel ? 0 : 128;
     for (const auto& sh : bench::split_list(shapes_s, ',')) {
       const size_t xpos = sh.find('x');
@@ -224,14 +230,16 @@ int main(int argc, char** argv) {
         std::vector<W4A8Path> path_list = {W4A8Path::kAuto};
         if (paths)
           path_list.insert(path_list.end(), {W4A8Path::kTokens8, W4A8Path::kTokens16, W4A8Path::kTokens32,
-                                             W4A8Path::kTokens64, W4A8Path::kTokens128});
-        for (W4A8Path pa : path_list) {
-          W4A8Params q = p;
-          q.path = pa;
-          size_t b = 0;
-          bench::check_status(w4a8_gemm_workspace_bytes(q, &b), "w4a8 workspace");
-          ws_bytes = std::max(ws_bytes, b);
-        }
+                                             W4A8Path::kTokens64, W4A8Path::kTokens128, W4A8Path::kDequantW8A8});
+        for (W4A8Path pa : path_list)
+          for (int sp : split_list) {
+            W4A8Params q = p;
+            q.path = pa;
+            q.num_splits = sp;
+            size_t b = 0;
+            bench::check_status(w4a8_gemm_workspace_bytes(q, &b), "w4a8 workspace");
+            ws_bytes = std::max(ws_bytes, b);
+          }
         Buf ws(ws_bytes);
         if (ws_bytes) BENCH_CUDA(cudaMemset(ws.p, 0, ws_bytes));
         p.workspace = ws.p;
@@ -271,29 +279,31 @@ int main(int argc, char** argv) {
               wq::cublaslt_gemm(true, 0, m, n, k, xbf[s]->p, k, wbf[s]->p, y[s]->p, n, lt_ws.p, lt_ws.bytes, nullptr),
               "bf16");
         });
-        for (W4A8Path pa : path_list) {
-          W4A8Params q0 = p;
-          q0.path = pa;
-          W4A8Path used;
-          int splits = 0;
-          bench::check_status(w4a8_gemm_plan(q0, &used, &splits), "w4a8 plan");
-          const double t = timer.time(3, iters, [&](int i) {
-            const int s = i % sets;
-            W4A8Params q = q0;
-            q.x.q = xq[s]->as<int8_t>();
-            q.w.data = w4[s]->p;
-            q.y = y[s]->p;
-            bench::check_status(w4a8_gemm(q, nullptr), "w4a8");
-          });
-          const double wgbs = w4a8_bytes / t / 1e3;
-          const double moved = w4a8_bytes + double(m) * k + double(m) * n * 2;
-          char pname[32];
-          std::snprintf(pname, sizeof(pname), "%s%s s%d", pa == W4A8Path::kAuto ? "*" : "", w4a8_path_name(used),
-                        splits);
-          std::printf("%-11s %5d | %8.1f %-9s %7.0f %5.0f%% | %8.1f %8.1f %8.1f | %6.2fx %6.2fx %6.2fx\n", sh.c_str(),
-                      m, t, pname, wgbs, 100.0 * moved / t / 1e3 / ceiling_gbs, t_i8, t_w4a16, t_bf16, t_i8 / t,
-                      t_w4a16 / t, t_bf16 / t);
-        }
+        for (W4A8Path pa : path_list)
+          for (int sp : split_list) {
+            W4A8Params q0 = p;
+            q0.path = pa;
+            q0.num_splits = sp;
+            W4A8Path used;
+            int splits = 0;
+            bench::check_status(w4a8_gemm_plan(q0, &used, &splits), "w4a8 plan");
+            const double t = timer.time(3, iters, [&](int i) {
+              const int s = i % sets;
+              W4A8Params q = q0;
+              q.x.q = xq[s]->as<int8_t>();
+              q.w.data = w4[s]->p;
+              q.y = y[s]->p;
+              bench::check_status(w4a8_gemm(q, nullptr), "w4a8");
+            });
+            const double wgbs = w4a8_bytes / t / 1e3;
+            const double moved = w4a8_bytes + double(m) * k + double(m) * n * 2;
+            char pname[32];
+            std::snprintf(pname, sizeof(pname), "%s%s s%d", pa == W4A8Path::kAuto ? "*" : "", w4a8_path_name(used),
+                          splits);
+            std::printf("%-11s %5d | %8.1f %-9s %7.0f %5.0f%% | %8.1f %8.1f %8.1f | %6.2fx %6.2fx %6.2fx\n", sh.c_str(),
+                        m, t, pname, wgbs, 100.0 * moved / t / 1e3 / ceiling_gbs, t_i8, t_w4a16, t_bf16, t_i8 / t,
+                        t_w4a16 / t, t_bf16 / t);
+          }
         std::fflush(stdout);
       }
     }

@@ -266,10 +266,9 @@ Int8ActivationsView fake_acts(int m, int k) {
 }
 
 // The state zone caps split-K (W8A8 kMma, the weight-only fused path, W4A8): a forced split count whose state would
-// not fit is refused, naming the count; the automatic count then gives one split. Only the W4A8 shape below would
-// split without the zone (its 547 CTA columns fill the SMs' slots only at 2 or more splits); at the W8A8 and
-// weight-only shapes that overflow the zone the planners pick one split anyway (enough tiles). The wgmma backend's
-// check, tile counters beyond the zone, needs over four million tiles and is not exercised.
+// not fit is refused, naming the count; the automatic count then gives one split. At the shapes that overflow the
+// zone the planners pick one split anyway (enough tiles), so the fallback is checked, not exercised. The wgmma
+// backend's check, tile counters beyond the zone, needs over four million tiles and is not exercised.
 TEST(GemmWorkspace, SplitStateBeyondTheZone) {
   QDEC_SKIP_WITHOUT_GPU();
   // W8A8 kMma at M = 1024, N = 8192: 32 MiB of int32 sums per split-K call, over the 16 MiB zone.
@@ -309,14 +308,24 @@ TEST(GemmWorkspace, SplitStateBeyondTheZone) {
   QDEC_ASSERT_OK(gemm_plan(g, nullptr, &splits));
   EXPECT_EQ(splits, 1);
 
-  // W4A8 at M = 64, N = 70000, K = 4096 (64-token tiles): 17.9 MB of int32 sums.
+  // W4A8: its split-K state is the tile tickets only (the partial sums are scratch past the zone). At M = 64,
+  // N = 70000 a forced 4 splits (72 MB of partials) is planned, its scratch past the zone.
   W4A8Params q;
   q.x = fake_acts(64, 4096);
   q.w = W4A8WeightView{70000, 4096, 128, fake<const void>(), size_t(1) << 40};
   q.y = fake<void>();
   q.path = W4A8Path::kTokens64;
-  q.num_splits = 2;
+  q.num_splits = 4;
   W4A8Path path;
+  QDEC_ASSERT_OK(w4a8_gemm_plan(q, &path, &splits));
+  EXPECT_EQ(splits, 4);
+  QDEC_ASSERT_OK(w4a8_gemm_workspace_bytes(q, &bytes));
+  EXPECT_GE(bytes, kWorkspaceStateBytes + size_t(4) * 64 * 70000 * 4);
+  // The tickets overflow the zone at 65535 8-token tiles (M = 524280) x 65 CTA columns (N = 8320): 17.0 MB.
+  q.x = fake_acts(524280, 4096);
+  q.w = W4A8WeightView{8320, 4096, 128, fake<const void>(), size_t(1) << 40};
+  q.path = W4A8Path::kTokens8;
+  q.num_splits = 2;
   const Status sq = w4a8_gemm_plan(q, &path, &splits);
   EXPECT_EQ(sq.code(), StatusCode::kInvalidArgument) << sq.to_string();
   EXPECT_NE(sq.message().find("num_splits 2"), std::string::npos) << sq.message();

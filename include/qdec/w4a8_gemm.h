@@ -43,10 +43,11 @@ enum class W4A8Path : uint8_t { kAuto = 0, kTokens8, kTokens16, kTokens32, kToke
 const char* w4a8_path_name(W4A8Path p);
 
 // Smallest M for which kAuto takes kDequantW8A8; below it the W4A8 kernel: kTokens8 / 16 / 32 for M <= 8 / 16 / 32,
-// else kTokens64 (kTokens128 is never automatic). From the H200 table in docs/int8_w4a8.md, against the faster of
-// kTokens64 / kTokens128: at M >= 384 the dequantize path was faster in every shape x scheme cell (1.14x-2.5x), at
-// M = 128 and 256 in 22 of 28 (0.61x-0.96x in the others), at M = 64 in 6 of 14.
-inline constexpr int kW4A8AutoDequantMinM = 128;
+// else kTokens64 (up to two 64-token tiles; kTokens128 is never automatic). From the H200 table in
+// docs/int8_w4a8.md (session 11, per-split partials and the one-wave split planner), both schemes: at M = 128 the
+// kernel (t64) was faster than the dequantize path on 6 of 7 shapes, at M = 192 (three tiles, as from 129) slower on
+// 5 of 7, at M >= 384 slower on every shape (the path 1.13x-1.99x faster than the best kernel configuration).
+inline constexpr int kW4A8AutoDequantMinM = 129;
 
 struct W4A8Params {
   Int8ActivationsView x;  // x.k == w.k; row_sum required for group_size 0
@@ -64,9 +65,9 @@ struct W4A8Params {
   W8A8Backend w8a8_backend = W8A8Backend::kAuto;  // kDequantW8A8: the backend of its w8a8_gemm
 };
 
-// Workspace bytes of the call. The W4A8 kernel needs them only with split-K (state zone, qdec/workspace.h);
-// kDequantW8A8 needs the int8 weights (N x K) and scales past the state zone and its w8a8_gemm's workspace, and a
-// 256-byte aligned buffer.
+// Workspace bytes of the call. The W4A8 kernel needs them only with split-K: tile tickets in the state zone
+// (qdec/workspace.h), each split's int32 partial sums past it. kDequantW8A8 needs the int8 weights (N x K) and
+// scales past the state zone and its w8a8_gemm's workspace, and a 256-byte aligned buffer.
 Status w4a8_gemm_workspace_bytes(const W4A8Params& p, size_t* bytes);
 // Added: the configuration and split-K count a call would use, after validation (workspace not checked); for
 // kDequantW8A8 the split count and (if w8a8_backend is not null) the backend of its w8a8_gemm.

@@ -16,7 +16,7 @@
 //   removes the bias: QServe's multiply-then-subtract, 3.5 instructions per 4 weights. qoq-c feeds the raw
 //   nibbles (0..15, valid int8) and subtracts z * row_sum in the epilogue.
 // - Everything stays int32 until the epilogue (s1 and z are integers), so split-K partial sums add exactly
-//   (int32 atomics in the workspace; the last CTA of a tile, by ticket, finishes and re-zeroes them).
+//   (each split stores its int32 fragments into scratch; the last CTA of a tile, by ticket, adds them up).
 // - CTA = 8 warps = 128 channels x kTokens tokens; a kStages-deep cp.async pipeline stages W, X and group meta per
 //   64-K tile. In private mode the weights carry an L2 evict-first hint when one token tile covers M.
 #pragma once
@@ -52,7 +52,7 @@ struct KernelParams {
   int group_shift;  // log2(group_size) (32, 64, 128)
   int kt_per_split;
   int evict_first;    // weights read by one CTA only: stream them past L2
-  int32_t* accum;     // [m][n_pad] split-K sums, zero between calls (gridDim.z > 1)
+  int4* partials;     // split-K fragments, [tile][split][CB * MT][kThreads] (gridDim.z > 1; scratch)
   unsigned* tickets;  // [gridDim.y][gridDim.x], zero between calls (gridDim.z > 1)
 };
 
@@ -288,43 +288,47 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
 
   // Fragment (b, mt, i): channel 16 * (nb0 + blk) + g + 8 * (i >> 1), token tok0 + 8 * tile + 2t + (i & 1).
   if (gridDim.z > 1) {
+    // Split-K: every CTA stores its fragments (4 int32 per thread, token tile and channel block) as one 16-byte
+    // plain store each into its own slot of the partials; the last CTA of the tile (by ticket) adds the other
+    // splits' slots to its registers. Integer sums are exact, so the order of arrival does not change the result.
+    // Only fragments with a valid first token are stored and read (the pair's second token may lie past M: its
+    // value is never used), so the traffic follows M, not the tile's token count.
     // The flag lives in the (idle) staging buffers: a static __shared__ variable would shift the dynamic shared
     // memory by 16 bytes, and with it every cp.async destination (measured on the weight-only GEMM, docs/gemm.md
     // v12: two L2 sectors per 16-byte copy).
     int* s_last = reinterpret_cast<int*>(smem);
+    const unsigned ticket = blockIdx.y * gridDim.x + blockIdx.x;
+    constexpr int kFrags = C::CB * C::MT;
+    // Slot layout: [tile][split][fragment][thread] int4, so that a warp's stores and loads are contiguous.
+    auto slot = [&](int split, int f) {
+      return p.partials + ((size_t(ticket) * gridDim.z + split) * kFrags + f) * kThreads + tid;
+    };
 #pragma unroll
-    for (int b = 0; b < C::CB; ++b) {
-      const int nb = nb0 + warp_c * C::CB + b;
-      if (nb >= p.n_blocks) continue;
+    for (int b = 0; b < C::CB; ++b)
 #pragma unroll
       for (int mt = 0; mt < C::MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int tok = tok0 + (warp_t * C::MT + mt) * 8 + 2 * t + (i & 1);
-          if (tok < p.m) atomicAdd(p.accum + size_t(tok) * p.n_pad + nb * kTileN + g + 8 * (i >> 1), acc[b][mt][i]);
-        }
-    }
+        if (tok0 + (warp_t * C::MT + mt) * 8 + 2 * t < p.m)
+          __stcg(slot(blockIdx.z, b * C::MT + mt),
+                 make_int4(acc[b][mt][0], acc[b][mt][1], acc[b][mt][2], acc[b][mt][3]));
     __threadfence();
     __syncthreads();
-    const unsigned ticket = blockIdx.y * gridDim.x + blockIdx.x;
     if (tid == 0) *s_last = atomicAdd(p.tickets + ticket, 1u) == gridDim.z - 1;
     __syncthreads();
     if (!*s_last) return;
     __threadfence();
+    for (int z = 0; z < int(gridDim.z); ++z) {
+      if (z == int(blockIdx.z)) continue;
 #pragma unroll
-    for (int b = 0; b < C::CB; ++b) {
-      const int nb = nb0 + warp_c * C::CB + b;
-      if (nb >= p.n_blocks) continue;
+      for (int b = 0; b < C::CB; ++b)
 #pragma unroll
-      for (int mt = 0; mt < C::MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int tok = tok0 + (warp_t * C::MT + mt) * 8 + 2 * t + (i & 1);
-          if (tok >= p.m) continue;
-          int32_t* a = p.accum + size_t(tok) * p.n_pad + nb * kTileN + g + 8 * (i >> 1);
-          acc[b][mt][i] = __ldcg(a);
-          __stcg(a, 0);
-        }
+        for (int mt = 0; mt < C::MT; ++mt)
+          if (tok0 + (warp_t * C::MT + mt) * 8 + 2 * t < p.m) {
+            const int4 v = __ldcg(slot(z, b * C::MT + mt));
+            acc[b][mt][0] += v.x;
+            acc[b][mt][1] += v.y;
+            acc[b][mt][2] += v.z;
+            acc[b][mt][3] += v.w;
+          }
     }
     if (tid == 0) p.tickets[ticket] = 0;
   }
