@@ -407,29 +407,49 @@ TEST_F(W4A8Errors, Shapes) {
   expect_error("w8a8_backend 9 is unknown");
 }
 
-// The dequantize path's workspace: 256-byte alignment (w8a8_gemm's), its full size; the output stays poisoned.
-TEST_F(W4A8Errors, DequantWorkspace) {
-  QDEC_SKIP_WITHOUT_GPU();
-  QDEC_TEST_RNG(rng);
-  const int m = 20, n = 64, k = 512;
+// A real qoq-g128 problem, [m, 512] x [64, 512]^T, on the device with its output poisoned (for the workspace errors:
+// nothing may run).
+struct PoisonedProblem {
+  DeviceBuffer w, x, s, y;
+  W4A8Params p;
+};
+void make_poisoned(std::mt19937_64& rng, int m, PoisonedProblem* out) {
+  const int n = 64, k = 512;
   std::vector<float> wf = make_weights(rng, n, k);
   QoQGroupWeights w;
   ASSERT_TRUE(qoq_quantize_weights(wf.data(), n, k, 128, &w).ok());
   W4A8Packed packed;
   ASSERT_TRUE(w4a8_prepack(w, &packed).ok());
-  DeviceBuffer d_w(packed.data.size()), d_x(size_t(m) * k), d_s(4 * m), d_y(size_t(m) * n * 2);
-  QDEC_CUDA_CHECK(cudaMemcpy(d_w.get(), packed.data.data(), packed.data.size(), cudaMemcpyHostToDevice));
-  QDEC_CUDA_CHECK(cudaMemset(d_x.get(), 1, d_x.bytes()));
-  QDEC_CUDA_CHECK(cudaMemset(d_s.get(), 0, d_s.bytes()));
-  QDEC_CUDA_CHECK(cudaMemset(d_y.get(), 0xFF, d_y.bytes()));
-  W4A8Params q;
-  q.x = {m, k, d_x.as<int8_t>(), 0, d_s.as<float>(), nullptr};
-  q.w = {n, k, 128, d_w.get(), packed.data.size()};
-  q.y = d_y.get();
+  ASSERT_EQ(out->w.allocate(packed.data.size()), cudaSuccess);
+  ASSERT_EQ(out->x.allocate(size_t(m) * k), cudaSuccess);
+  ASSERT_EQ(out->s.allocate(4 * size_t(m)), cudaSuccess);
+  ASSERT_EQ(out->y.allocate(size_t(m) * n * 2), cudaSuccess);
+  QDEC_CUDA_CHECK(cudaMemcpy(out->w.get(), packed.data.data(), packed.data.size(), cudaMemcpyHostToDevice));
+  QDEC_CUDA_CHECK(cudaMemset(out->x.get(), 1, out->x.bytes()));
+  QDEC_CUDA_CHECK(cudaMemset(out->s.get(), 0, out->s.bytes()));
+  QDEC_CUDA_CHECK(cudaMemset(out->y.get(), 0xFF, out->y.bytes()));
+  out->p.x = {m, k, out->x.as<int8_t>(), 0, out->s.as<float>(), nullptr};
+  out->p.w = {n, k, 128, out->w.get(), packed.data.size()};
+  out->p.y = out->y.get();
+}
+void expect_still_poisoned(const PoisonedProblem& pr) {
+  QDEC_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> y(pr.y.bytes() / 2);
+  QDEC_CUDA_CHECK(cudaMemcpy(y.data(), pr.y.get(), pr.y.bytes(), cudaMemcpyDeviceToHost));
+  for (uint16_t v : y) ASSERT_EQ(v, 0xFFFF) << "a kernel ran despite the error";
+}
+
+// The dequantize path's workspace: 256-byte alignment (w8a8_gemm's), its full size.
+TEST_F(W4A8Errors, DequantWorkspace) {
+  QDEC_SKIP_WITHOUT_GPU();
+  QDEC_TEST_RNG(rng);
+  PoisonedProblem pr;
+  ASSERT_NO_FATAL_FAILURE(make_poisoned(rng, 20, &pr));
+  W4A8Params& q = pr.p;
   q.path = W4A8Path::kDequantW8A8;
   size_t ws = 0;
   QDEC_ASSERT_OK(w4a8_gemm_workspace_bytes(q, &ws));
-  ASSERT_GE(ws, kWorkspaceStateBytes + size_t(n) * k);
+  ASSERT_GE(ws, kWorkspaceStateBytes + size_t(q.w.n) * q.w.k);
   DeviceBuffer d_ws(ws + 256);
   q.workspace = d_ws.get();
   q.workspace_bytes = ws - 1;
@@ -440,31 +460,16 @@ TEST_F(W4A8Errors, DequantWorkspace) {
   q.workspace_bytes = ws;
   s = w4a8_gemm(q, nullptr);
   EXPECT_NE(s.message().find("workspace is not 256-byte aligned"), std::string::npos) << s.message();
-  QDEC_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<uint16_t> y(size_t(m) * n);
-  QDEC_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), y.size() * 2, cudaMemcpyDeviceToHost));
-  for (uint16_t v : y) ASSERT_EQ(v, 0xFFFF) << "a kernel ran despite the error";
+  expect_still_poisoned(pr);
 }
 
+// A forced split needs a workspace: too small or null is refused.
 TEST_F(W4A8Errors, WorkspaceTooSmall) {
   QDEC_SKIP_WITHOUT_GPU();
   QDEC_TEST_RNG(rng);
-  // A real problem whose forced split needs a workspace; the output must stay poisoned.
-  const int m = 2, n = 64, k = 512;
-  std::vector<float> wf = make_weights(rng, n, k);
-  QoQGroupWeights w;
-  ASSERT_TRUE(qoq_quantize_weights(wf.data(), n, k, 128, &w).ok());
-  W4A8Packed packed;
-  ASSERT_TRUE(w4a8_prepack(w, &packed).ok());
-  DeviceBuffer d_w(packed.data.size()), d_x(size_t(m) * k), d_s(4 * m), d_y(size_t(m) * n * 2);
-  QDEC_CUDA_CHECK(cudaMemcpy(d_w.get(), packed.data.data(), packed.data.size(), cudaMemcpyHostToDevice));
-  QDEC_CUDA_CHECK(cudaMemset(d_x.get(), 1, d_x.bytes()));
-  QDEC_CUDA_CHECK(cudaMemset(d_s.get(), 0, d_s.bytes()));
-  QDEC_CUDA_CHECK(cudaMemset(d_y.get(), 0xFF, d_y.bytes()));
-  W4A8Params q;
-  q.x = {m, k, d_x.as<int8_t>(), 0, d_s.as<float>(), nullptr};
-  q.w = {n, k, 128, d_w.get(), packed.data.size()};
-  q.y = d_y.get();
+  PoisonedProblem pr;
+  ASSERT_NO_FATAL_FAILURE(make_poisoned(rng, 2, &pr));
+  W4A8Params& q = pr.p;
   q.num_splits = 4;
   size_t ws = 0;
   QDEC_ASSERT_OK(w4a8_gemm_workspace_bytes(q, &ws));
@@ -478,10 +483,7 @@ TEST_F(W4A8Errors, WorkspaceTooSmall) {
   q.workspace = nullptr;
   s = w4a8_gemm(q, nullptr);
   EXPECT_NE(s.message().find("workspace is null"), std::string::npos) << s.message();
-  QDEC_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<uint16_t> y(size_t(m) * n);
-  QDEC_CUDA_CHECK(cudaMemcpy(y.data(), d_y.get(), y.size() * 2, cudaMemcpyDeviceToHost));
-  for (uint16_t v : y) ASSERT_EQ(v, 0xFFFF) << "a kernel ran despite the error";
+  expect_still_poisoned(pr);
 }
 
 }  // namespace
