@@ -210,9 +210,9 @@ struct Plan {
   int splits = 1, kt_per_split = 0;
   dim3 grid;
   size_t partial_bytes = 0, workspace_bytes = 0;
-  // kDequantW8A8: [w8a8_gemm's workspace (state zone + its scratch)][int8 weights][fp32 scales]
+  // kDequantW8A8: [w8a8_gemm's workspace (state zone + its scratch)][int8 weights][fp32 scales]. Its backend and
+  // split count are w8a8_gemm's to plan (w4a8_gemm_plan asks it); only the workspace layout is planned here.
   W8A8Params w8;  // planning pointers; the launch sets the weight's
-  W8A8Backend w8_backend = W8A8Backend::kAuto;
   size_t w8_ws_bytes = 0, q_offset = 0, scale_offset = 0;
 };
 
@@ -286,11 +286,8 @@ Status make_plan(const W4A8Params& p, Plan* plan) {
     w8.ldy = p.ldy;
     w8.backend = p.w8a8_backend;
     w8.num_splits = p.num_splits;
-    int w8_splits = 1;
-    QDEC_RETURN_IF_ERROR(w8a8_plan(w8, &plan->w8_backend, &w8_splits));
     QDEC_RETURN_IF_ERROR(w8a8_gemm_workspace_bytes(w8, &plan->w8_ws_bytes));
     plan->path = path;
-    plan->splits = w8_splits;
     plan->q_offset = std::max(round256(plan->w8_ws_bytes), kWorkspaceStateBytes);
     plan->scale_offset = plan->q_offset + round256(size_t(p.w.n) * size_t(p.w.k));
     plan->workspace_bytes = plan->scale_offset + round256(size_t(p.w.n) * 4);
@@ -391,7 +388,9 @@ Status w4a8_gemm_plan(const W4A8Params& p, W4A8Path* path, int* num_splits, W8A8
   QDEC_RETURN_IF_ERROR(make_plan(p, &plan));
   *path = plan.path;
   *num_splits = plan.splits;
-  if (w8a8_backend) *w8a8_backend = plan.w8_backend;
+  W8A8Backend backend = W8A8Backend::kAuto;
+  if (plan.path == W4A8Path::kDequantW8A8) QDEC_RETURN_IF_ERROR(w8a8_plan(plan.w8, &backend, num_splits));
+  if (w8a8_backend) *w8a8_backend = backend;
   return Status::Ok();
 }
 

@@ -303,11 +303,13 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
     auto slot = [&](int split, int f) {
       return p.partials + ((size_t(ticket) * gridDim.z + split) * kFrags + f) * kThreads + tid;
     };
+    // The one predicate both the stores and the last CTA's loads use: the fragment's first token is < M.
+    auto stored = [&](int mt) { return tok0 + (warp_t * C::MT + mt) * 8 + 2 * t < p.m; };
 #pragma unroll
     for (int b = 0; b < C::CB; ++b)
 #pragma unroll
       for (int mt = 0; mt < C::MT; ++mt)
-        if (tok0 + (warp_t * C::MT + mt) * 8 + 2 * t < p.m)
+        if (stored(mt))
           __stcg(slot(blockIdx.z, b * C::MT + mt),
                  make_int4(acc[b][mt][0], acc[b][mt][1], acc[b][mt][2], acc[b][mt][3]));
     __threadfence();
@@ -322,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
       for (int b = 0; b < C::CB; ++b)
 #pragma unroll
         for (int mt = 0; mt < C::MT; ++mt)
-          if (tok0 + (warp_t * C::MT + mt) * 8 + 2 * t < p.m) {
+          if (stored(mt)) {
             const int4 v = __ldcg(slot(z, b * C::MT + mt));
             acc[b][mt][0] += v.x;
             acc[b][mt][1] += v.y;
