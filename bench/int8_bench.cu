@@ -163,8 +163,7 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
     std::vector<W4A8Path> w4a8_paths;
     for (const std::string& name : o.w4a8_paths) {
       bool found = false;
-      for (W4A8Path q : {W4A8Path::kAuto, W4A8Path::kTokens8, W4A8Path::kTokens16, W4A8Path::kTokens32,
-                         W4A8Path::kTokens64, W4A8Path::kTokens128, W4A8Path::kDequantW8A8})
+      for (W4A8Path q : kW4A8Paths)
         if (name == w4a8_path_name(q)) {
           w4a8_paths.push_back(q);
           found = true;

@@ -47,9 +47,10 @@ void add_int8_bench_options(App* app, Int8BenchOptions* o) {
   app->add_option("--w8a8", o->w8a8, "Include the W8A8 rows (true/false)")->capture_default_str();
   app->add_option("--w4a8", o->w4a8, "Include the W4A8 rows (true/false)")->capture_default_str();
   app->add_option("--mma-max-m", o->mma_max_m, "Time the W8A8 mma backend up to this M")->capture_default_str();
-  app->add_option("--w4a8-paths", o->w4a8_paths,
-                  "W4A8 paths to time, comma list of auto, t8, t16, t32, t64, t128, dq-w8a8 (forced paths that equal "
-                  "auto's pick are timed once; '*' marks auto's pick)")
+  app->add_option(
+         "--w4a8-paths", o->w4a8_paths,
+         "W4A8 paths to time, comma list of auto, t8, t16, t32, t64, t128, dq-w8a8, wg64, wg128, wg256 (forced "
+         "paths that equal auto's pick are timed once; '*' marks auto's pick)")
       ->delimiter(',')
       ->capture_default_str();
   app->add_option("--iters", o->iters, "Timed launches per case (median reported)")->capture_default_str();

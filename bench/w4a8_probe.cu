@@ -6,8 +6,9 @@
 // and fp16 scales are set to valid values).
 //
 //   w4a8_probe [--shapes 4096x4096,...|all] [--m 1,16,256] [--iters 30] [--scheme g128|c] [--paths]
-//              [--splits 0,1,2,4]   (--paths: every configuration and the dequantize path; --splits: each forced
-//                                    split count, 0 = automatic, for every path timed)
+//              [--only wg128,t64] [--splits 0,1,2,4]
+//   --paths: every path, kAuto first; --only: these paths (w4a8_path_name) instead of kAuto; --splits: each forced
+//   split count, 0 = automatic, for every path timed
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -126,6 +127,7 @@ int main(int argc, char** argv) {
                 splits_s = "0";
     int iters = 30;
     bool channel = false, paths = false;
+    std::string only_s;  // --only: these paths instead of kAuto (names as w4a8_path_name)
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       auto next = [&]() -> std::string {
@@ -142,6 +144,8 @@ int main(int argc, char** argv) {
         channel = next() == "c";
       } else if (a == "--paths") {
         paths = true;
+      } else if (a == "--only") {
+        only_s = next();
       } else if (a == "--splits") {
         splits_s = next();
       } else {
@@ -228,9 +232,14 @@ int main(int argc, char** argv) {
         bench::check_status(w4a8_gemm_workspace_bytes(p, &ws_bytes), "w4a8 workspace");
         // Forced paths need their own workspace sizes: take the largest over the paths timed.
         std::vector<W4A8Path> path_list = {W4A8Path::kAuto};
-        if (paths)
-          path_list.insert(path_list.end(), {W4A8Path::kTokens8, W4A8Path::kTokens16, W4A8Path::kTokens32,
-                                             W4A8Path::kTokens64, W4A8Path::kTokens128, W4A8Path::kDequantW8A8});
+        if (paths) path_list.assign(std::begin(kW4A8Paths), std::end(kW4A8Paths));
+        if (!only_s.empty()) {
+          path_list.clear();
+          for (W4A8Path q : kW4A8Paths)
+            if (("," + only_s + ",").find("," + std::string(w4a8_path_name(q)) + ",") != std::string::npos)
+              path_list.push_back(q);
+          if (path_list.empty()) throw BenchError("--only " + only_s + ": no such path");
+        }
         for (W4A8Path pa : path_list)
           for (int sp : split_list) {
             W4A8Params q = p;

@@ -1,5 +1,6 @@
 # W4A8 (QoQ) GEMM (issue 5; docs/int8_w4a8.md). Owned by the W4A8 work; included from CMakeLists.txt.
-target_sources(qdec PRIVATE src/int8gemm/w4a8_gemm.cu src/int8gemm/w4a8_dequant.cu)
+target_sources(qdec PRIVATE src/int8gemm/w4a8_gemm.cu src/int8gemm/w4a8_dequant.cu
+                            src/int8gemm/w4a8_wgmma.cu)
 if(QDEC_BUILD_TESTS)
   target_sources(qdec_tests PRIVATE tests/test_w4a8_prepack.cpp tests/test_w4a8_gpu.cpp)
   # The W4A8 tests alone (not registered with ctest; qdec_tests runs them): a quick build for the GPU machine.

@@ -1,9 +1,9 @@
 // The W4A8 (QoQ) GEMM on the GPU against the float64 references w4a8_group_gemm_reference /
 // w4a8_channel_gemm_reference (on the same int8 activations and uint4 weights): groups 32/64/128 and the
 // per-channel scheme, M in {1, 3, 16, 100, 1024}, odd N, several K, every configuration forced (the dequantize +
-// W8A8 path with each W8A8 backend), forced and automatic split-K, bias, Y bf16/fp16/fp32, padded ldq/ldy. Every
-// case runs twice (the workspace's split-K state zone must be left at zero), the output is poisoned (NaN) before
-// each launch. Bad inputs return a Status naming the value
+// W8A8 path with each W8A8 backend; the wgmma paths on sm_90, also bit for bit against the mma kernel), forced and
+// automatic split-K, bias, Y bf16/fp16/fp32, padded ldq/ldy. Every case runs twice (the workspace's split-K state zone
+// must be left at zero), the output is poisoned (NaN) before each launch. Bad inputs return a Status naming the value
 // and launch nothing. GPU cases skip, with the reason, without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -82,8 +82,26 @@ double read_y(const std::vector<uint8_t>& y, GemmDType d, size_t i) {
   return d == GemmDType::kBF16 ? bf16_bits_to_float(b) : fp16_bits_to_float(b);
 }
 
-// Runs one case twice; returns the worse relative L2 error (and fails the test above the bar).
-double run_case(const Case& c, std::mt19937_64& rng) {
+// The wgmma paths need an sm_90 device (kUnsupported elsewhere); tests leave them out there, saying so.
+bool sm90_device() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  return major == 9 && minor == 0;
+}
+bool is_wgmma(W4A8Path p) {
+  return p == W4A8Path::kWgmma64 || p == W4A8Path::kWgmma128 || p == W4A8Path::kWgmma256;
+}
+bool skip_path(W4A8Path p) {
+  if (!is_wgmma(p) || sm90_device()) return false;
+  std::printf("[w4a8] path %s left out: not an sm_90 device\n", w4a8_path_name(p));
+  return true;
+}
+
+// Runs one case twice; returns the worse relative L2 error (and fails the test above the bar). y_out, if given,
+// receives the output bytes of the second run ([M, ldy] of the Y dtype).
+double run_case(const Case& c, std::mt19937_64& rng, std::vector<uint8_t>* y_out = nullptr) {
   SCOPED_TRACE(describe(c));
   const std::vector<float> wf = make_weights(rng, c.n, c.k);
   const std::vector<float> xf = make_activations(rng, c.m, c.k);
@@ -178,6 +196,7 @@ double run_case(const Case& c, std::mt19937_64& rng) {
       EXPECT_TRUE(std::isnan(read_y(y, c.y_dtype, size_t(ldy) - 1)));
     }
   }
+  if (y_out) *y_out = y;
   if (ws) {  // the split-K state zone is left zero for the next call (scratch past it may hold anything)
     std::vector<uint8_t> wsb(std::min(ws, kWorkspaceStateBytes));
     EXPECT_EQ(cudaMemcpy(wsb.data(), d_ws.get(), wsb.size(), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -189,7 +208,8 @@ double run_case(const Case& c, std::mt19937_64& rng) {
 }
 
 constexpr W4A8Path kPaths[] = {W4A8Path::kTokens8,  W4A8Path::kTokens16,  W4A8Path::kTokens32,
-                               W4A8Path::kTokens64, W4A8Path::kTokens128, W4A8Path::kDequantW8A8};
+                               W4A8Path::kTokens64, W4A8Path::kTokens128, W4A8Path::kDequantW8A8,
+                               W4A8Path::kWgmma64,  W4A8Path::kWgmma128,  W4A8Path::kWgmma256};
 
 // Every configuration x M in {1, 3, 16, 100} for one scheme; split counts, bias and Y dtype rotate.
 void every_path(int gs) {
@@ -199,6 +219,7 @@ void every_path(int gs) {
   double worst32 = 0, worst16 = 0;
   for (W4A8Path path : kPaths)
     for (int m : {1, 3, 16, 100}) {
+      if (skip_path(path)) break;
       Case c{gs, m, 257, 384};
       c.path = path;
       c.splits = (i % 3 == 0) ? 1 : (i % 3 == 1) ? 0 : 3;
@@ -238,7 +259,9 @@ TEST(W4A8Gpu, LargeMAndShapes) {
   QDEC_TEST_RNG(rng);
   double worst32 = 0;
   for (int gs : {128, 0}) {
-    for (W4A8Path path : {W4A8Path::kAuto, W4A8Path::kTokens64, W4A8Path::kTokens128}) {
+    for (W4A8Path path : {W4A8Path::kAuto, W4A8Path::kTokens64, W4A8Path::kTokens128, W4A8Path::kWgmma64,
+                          W4A8Path::kWgmma128, W4A8Path::kWgmma256}) {
+      if (skip_path(path)) continue;
       Case c{gs, 1024, 257, 1024};
       c.path = path;
       c.bias = true;
@@ -266,6 +289,38 @@ TEST(W4A8Gpu, LargeMAndShapes) {
 
 // The dequantize + W8A8 path on each W8A8 backend (kWgmma where the build and device have it), both schemes, M
 // across the backends' tile sizes, forced and automatic splits, odd N, padded strides.
+// The wgmma kernel computes the mma kernel's int32 sums and applies the same epilogue, so its fp32 output must be
+// bit for bit the t64 path's (one split): token tiles with and without a tail, several columns, forced and
+// automatic split-K, every scheme.
+TEST(W4A8Gpu, WgmmaBitwiseAsMma) {
+  QDEC_SKIP_WITHOUT_GPU();
+  if (!sm90_device()) GTEST_SKIP() << "the wgmma paths need an sm_90 device";
+  QDEC_TEST_RNG(rng);
+  int i = 0;
+  for (int gs : {128, 32, 0})
+    for (const Case& c0 : {Case{gs, 64, 1000, 1024}, Case{gs, 100, 257, 384}, Case{gs, 256, 520, 2048},
+                           Case{gs, 300, 130, 640}, Case{gs, 1, 33, 384}})
+      for (W4A8Path path : {W4A8Path::kWgmma64, W4A8Path::kWgmma128, W4A8Path::kWgmma256}) {
+        Case ref = c0, wg = c0;
+        ref.bias = wg.bias = true;
+        ref.y_dtype = wg.y_dtype = GemmDType::kFP32;
+        ref.path = W4A8Path::kTokens64;
+        ref.splits = 1;
+        wg.path = path;
+        wg.splits = (i % 3 == 0) ? 1 : (i % 3 == 1) ? 0 : 3;
+        ++i;
+        std::mt19937_64 rng_same = rng;  // the same inputs for both runs
+        std::vector<uint8_t> y_ref, y_wg;
+        run_case(ref, rng, &y_ref);
+        run_case(wg, rng_same, &y_wg);
+        ASSERT_EQ(y_ref.size(), y_wg.size());
+        size_t differ = 0;
+        for (size_t b = 0; b < y_ref.size(); b += 4) differ += std::memcmp(&y_ref[b], &y_wg[b], 4) != 0;
+        EXPECT_EQ(differ, 0u) << describe(wg) << ": outputs differing from t64";
+        if (::testing::Test::HasFailure()) return;
+      }
+}
+
 TEST(W4A8Gpu, DequantW8A8EveryBackend) {
   QDEC_SKIP_WITHOUT_GPU();
   QDEC_TEST_RNG(rng);
@@ -400,8 +455,8 @@ TEST_F(W4A8Errors, Shapes) {
   p.x.row_sum = nullptr;
   expect_error("row sums x.row_sum are null");
   SetUp();
-  p.path = static_cast<W4A8Path>(7);
-  expect_error("path 7 is unknown");
+  p.path = static_cast<W4A8Path>(10);
+  expect_error("path 10 is unknown");
   SetUp();
   p.w8a8_backend = static_cast<W8A8Backend>(9);
   expect_error("w8a8_backend 9 is unknown");

@@ -39,7 +39,23 @@ struct W4A8WeightView {
 // workspace ((q - z) * s1, exact by the protective range; qoq-c: q - z), then w8a8_gemm runs on them with s0 (qoq-c:
 // s) as its channel scales: the same int32 sums, one more pass over the weights (N x K / 2 bytes read, N x K
 // written), the W8A8 kernels' tensor-core rate. kAuto picks by M; the others force one (tests, measurements).
-enum class W4A8Path : uint8_t { kAuto = 0, kTokens8, kTokens16, kTokens32, kTokens64, kTokens128, kDequantW8A8 };
+// kWgmma64 / 128 / 256 (sm_90a): the W4A8 kernel on warpgroup tensor cores (wgmma with the dequantized weights as
+// the register A operand), 128 channels x 64 / 128 / 256 tokens per CTA; kUnsupported elsewhere.
+enum class W4A8Path : uint8_t {
+  kAuto = 0,
+  kTokens8,
+  kTokens16,
+  kTokens32,
+  kTokens64,
+  kTokens128,
+  kDequantW8A8,
+  kWgmma64,
+  kWgmma128,
+  kWgmma256,
+};
+inline constexpr W4A8Path kW4A8Paths[] = {
+    W4A8Path::kAuto,      W4A8Path::kTokens8,     W4A8Path::kTokens16, W4A8Path::kTokens32, W4A8Path::kTokens64,
+    W4A8Path::kTokens128, W4A8Path::kDequantW8A8, W4A8Path::kWgmma64,  W4A8Path::kWgmma128, W4A8Path::kWgmma256};
 const char* w4a8_path_name(W4A8Path p);
 
 // Smallest M for which kAuto takes kDequantW8A8; below it the W4A8 kernel: kTokens8 / 16 / 32 for M <= 8 / 16 / 32,
@@ -66,8 +82,10 @@ struct W4A8Params {
 };
 
 // Workspace bytes of the call. The W4A8 kernel needs them only with split-K: tile tickets in the state zone
-// (qdec/workspace.h), each split's int32 partial sums past it. kDequantW8A8 needs the int8 weights (N x K) and
-// scales past the state zone and its w8a8_gemm's workspace, and a 256-byte aligned buffer.
+// (qdec/workspace.h), each split's int32 partial sums past it; the wgmma paths always need the zone and, past it
+// and the partials, M x K bytes (M rounded up to the token tile, then to 256 bytes) for X in the prepack's K order.
+// kDequantW8A8 needs the int8 weights (N x K) and scales past the state zone and its w8a8_gemm's workspace, and a
+// 256-byte aligned buffer.
 Status w4a8_gemm_workspace_bytes(const W4A8Params& p, size_t* bytes);
 // Added: the configuration and split-K count a call would use, after validation (workspace not checked); for
 // kDequantW8A8 the split count and (if w8a8_backend is not null) the backend of its w8a8_gemm.

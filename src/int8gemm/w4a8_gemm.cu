@@ -8,6 +8,7 @@
 #include "int8gemm/w4a8_dequant.h"
 #include "int8gemm/w4a8_kernel.cuh"
 #include "int8gemm/w4a8_layout.h"
+#include "int8gemm/w4a8_wgmma.h"
 #include "qdec/w4a8_gemm.h"
 #include "qdec/workspace.h"
 #include "runtime/cuda_check.h"
@@ -63,6 +64,12 @@ const char* w4a8_path_name(W4A8Path p) {
       return "t128";
     case W4A8Path::kDequantW8A8:
       return "dq-w8a8";
+    case W4A8Path::kWgmma64:
+      return "wg64";
+    case W4A8Path::kWgmma128:
+      return "wg128";
+    case W4A8Path::kWgmma256:
+      return "wg256";
   }
   return "?";
 }
@@ -200,9 +207,19 @@ int cfg_tokens(W4A8Path p) {
       return Cfg32::kTokens;
     case W4A8Path::kTokens64:
       return Cfg64::kTokens;
+    case W4A8Path::kWgmma64:
+      return 64;
+    case W4A8Path::kWgmma128:
+      return 128;
+    case W4A8Path::kWgmma256:
+      return 256;
     default:
       return Cfg128::kTokens;
   }
+}
+
+bool is_wgmma(W4A8Path p) {
+  return p == W4A8Path::kWgmma64 || p == W4A8Path::kWgmma128 || p == W4A8Path::kWgmma256;
 }
 
 struct Plan {
@@ -210,6 +227,7 @@ struct Plan {
   int splits = 1, kt_per_split = 0;
   dim3 grid;
   size_t partial_bytes = 0, workspace_bytes = 0;
+  size_t x_perm_offset = 0;  // the wgmma paths: X in the prepack's K order
   // kDequantW8A8: [w8a8_gemm's workspace (state zone + its scratch)][int8 weights][fp32 scales]. Its backend and
   // split count are w8a8_gemm's to plan (w4a8_gemm_plan asks it); only the workspace layout is planned here.
   W8A8Params w8;  // planning pointers; the launch sets the weight's
@@ -255,7 +273,7 @@ Status validate(const W4A8Params& p) {
     return invalid("output y is not " + std::to_string(ysize) + "-byte aligned");
   const long long ldy = p.ldy ? p.ldy : w.n;
   if (ldy < w.n) return invalid("ldy " + std::to_string(ldy) + " is smaller than N " + std::to_string(w.n));
-  if (int(p.path) > int(W4A8Path::kDequantW8A8)) return invalid("path " + std::to_string(int(p.path)) + " is unknown");
+  if (int(p.path) > int(W4A8Path::kWgmma256)) return invalid("path " + std::to_string(int(p.path)) + " is unknown");
   if (int(p.w8a8_backend) > int(W8A8Backend::kWgmma))
     return invalid("w8a8_backend " + std::to_string(int(p.w8a8_backend)) + " is unknown");
   if (p.num_splits < 0) return invalid("num_splits " + std::to_string(p.num_splits) + " must be >= 0");
@@ -293,10 +311,13 @@ Status make_plan(const W4A8Params& p, Plan* plan) {
     plan->workspace_bytes = plan->scale_offset + round256(size_t(p.w.n) * 4);
     return Status::Ok();
   }
+  if (is_wgmma(path)) QDEC_RETURN_IF_ERROR(w4a8::wgmma_kernel_supported());
   const int tokens = cfg_tokens(path);
   const int cols = (lay.n_blocks() + w4a8::kCtaBlocks - 1) / w4a8::kCtaBlocks;
   const int rows = (m + tokens - 1) / tokens;
   if (rows > 65535) return invalid("M " + std::to_string(m) + " needs more than 65535 token tiles");
+  if (is_wgmma(path) && (long long)cols * rows > 0x7FFFFFFFLL)
+    return invalid("M " + std::to_string(m) + " x N " + std::to_string(p.w.n) + " needs more than 2^31 - 1 CTA tiles");
   int splits = p.num_splits;
   if (splits == 0) {
     // Among the split counts whose CTAs all run in one wave (the resident slots), the one with the least work on the
@@ -323,8 +344,11 @@ Status make_plan(const W4A8Params& p, Plan* plan) {
       case W4A8Path::kTokens64:
         QDEC_RETURN_IF_ERROR(occupancy<Cfg64>(group, &occ));
         break;
-      default:
+      case W4A8Path::kTokens128:
         QDEC_RETURN_IF_ERROR(occupancy<Cfg128>(group, &occ));
+        break;
+      default:
+        QDEC_RETURN_IF_ERROR(w4a8::wgmma_kernel_occupancy(tokens, group, &occ));
         break;
     }
     const long long slots = (long long)dev.sm_count * std::max(occ, 1);
@@ -362,11 +386,17 @@ Status make_plan(const W4A8Params& p, Plan* plan) {
   plan->path = path;
   plan->splits = splits;
   plan->kt_per_split = kt_per;
-  plan->grid = dim3(unsigned(cols), unsigned(rows), unsigned(splits));
+  // The wgmma kernel takes (column, token tile) from x, token tiles fastest (w4a8_wgmma.h).
+  plan->grid = is_wgmma(path) ? dim3(unsigned(cols * rows), 1u, unsigned(splits))
+                              : dim3(unsigned(cols), unsigned(rows), unsigned(splits));
   // [tickets (state zone)][partials: per (tile, split) CB x MT = tokens / 8 fragments of kThreads int4]
   plan->partial_bytes =
       splits > 1 ? size_t(cols) * rows * splits * (cfg_tokens(path) / 8) * size_t(w4a8::kThreads) * 16 : 0;
   plan->workspace_bytes = splits > 1 ? kWorkspaceStateBytes + plan->partial_bytes : 0;
+  if (is_wgmma(path)) {  // then X in the prepack's K order (w4a8_wgmma.h): scratch, so past the state zone
+    plan->x_perm_offset = kWorkspaceStateBytes + plan->partial_bytes;
+    plan->workspace_bytes = plan->x_perm_offset + round256(size_t(rows) * size_t(tokens) * size_t(p.w.k));
+  }
   return Status::Ok();
 }
 
@@ -460,8 +490,11 @@ Status w4a8_gemm(const W4A8Params& p, cudaStream_t stream) {
       return launch_cfg<Cfg32>(group, kp, plan.grid, stream);
     case W4A8Path::kTokens64:
       return launch_cfg<Cfg64>(group, kp, plan.grid, stream);
-    default:
+    case W4A8Path::kTokens128:
       return launch_cfg<Cfg128>(group, kp, plan.grid, stream);
+    default:
+      return w4a8::wgmma_kernel_launch(cfg_tokens(plan.path), group, kp, plan.grid,
+                                       static_cast<uint8_t*>(p.workspace) + plan.x_perm_offset, stream);
   }
 }
 

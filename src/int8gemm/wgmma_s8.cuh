@@ -1,6 +1,7 @@
-// The int8 warpgroup MMA of sm_90a used by src/int8gemm/w8a8_wgmma.cu (and bench/wgmma_probe.cu): the shared-memory
-// descriptor of a K-major 128-byte-swizzled tile and wgmma.m64n256k32.s32.s8.s8 with B from shared memory and A
-// from shared memory (SS) or registers (RS). Compile the callers for sm_90a only.
+// The int8 warpgroup MMA of sm_90a used by src/int8gemm/w8a8_wgmma.cu, src/int8gemm/w4a8_wgmma.cu (and
+// bench/wgmma_probe.cu): shared-memory descriptors of K-major tiles (128-byte swizzle, or none) and
+// wgmma.m64nNk32.s32.s8.s8 with B from shared memory and A from shared memory (SS, N = 256) or registers (RS,
+// N = 64, 128, 256). Compile the callers for sm_90a only.
 #pragma once
 
 #include <cstdint>
@@ -33,11 +34,41 @@ namespace qdec::w8a8 {
       "+r"(d[113]), "+r"(d[114]), "+r"(d[115]), "+r"(d[116]), "+r"(d[117]), "+r"(d[118]), "+r"(d[119]), "+r"(d[120]), \
       "+r"(d[121]), "+r"(d[122]), "+r"(d[123]), "+r"(d[124]), "+r"(d[125]), "+r"(d[126]), "+r"(d[127])
 
+// The 32 / 64 accumulator registers of m64n64 / m64n128 (the W4A8 wgmma kernel's token tiles of 64 and 128).
+#define QDEC_WGMMA_D32_REGS                                                                                          \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%" \
+  "30,%31}"
+#define QDEC_WGMMA_D32_OPERANDS(d)                                                                            \
+  "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), \
+      "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]),  \
+      "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), \
+      "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+#define QDEC_WGMMA_D64_REGS                                                                                          \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%" \
+  "30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%" \
+  "58,%59,%60,%61,%62,%63}"
+#define QDEC_WGMMA_D64_OPERANDS(d)                                                                            \
+  "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), \
+      "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]),  \
+      "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), \
+      "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), \
+      "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), \
+      "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), \
+      "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), \
+      "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+
 // Shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): K-major rows of 128 bytes, 128-byte
 // swizzle; 8-row groups 1024 bytes apart (stride byte offset); leading byte offset unused for this layout (1).
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
   return (static_cast<uint64_t>((addr & 0x3FFFF) >> 4)) | (static_cast<uint64_t>(1) << 16) |
          (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+
+// K-major without swizzle: core matrices of 8 rows x 16 bytes (128 contiguous bytes); lbo = bytes between the core
+// matrices adjacent in K, sbo = bytes between adjacent 8-row groups (PTX ISA, "Matrix Descriptor Format").
+__device__ __forceinline__ uint64_t interleave_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (static_cast<uint64_t>((addr & 0x3FFFF) >> 4)) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (static_cast<uint64_t>(sbo >> 4) << 32);
 }
 
 // d (64x256 int32 of this warpgroup) (+)= A (64x32 s8, K-major, smem) * B (256x32 s8, K-major, smem)^T.
@@ -61,6 +92,24 @@ __device__ __forceinline__ void wgmma_m64n256k32_s8_rs(uint32_t (&d)[128], uint3
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 " QDEC_WGMMA_D128_REGS ", {%128,%129,%130,%131}, %132, p;\n}\n"
       : QDEC_WGMMA_D128_OPERANDS(d)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(accumulate));
+}
+
+// A from registers, N = 64 / 128 (d: N / 2 int32 per thread).
+__device__ __forceinline__ void wgmma_m64n64k32_s8_rs(uint32_t (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                      uint32_t a3, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 " QDEC_WGMMA_D32_REGS ", {%32,%33,%34,%35}, %36, p;\n}\n"
+      : QDEC_WGMMA_D32_OPERANDS(d)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_m64n128k32_s8_rs(uint32_t (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                       uint32_t a3, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " QDEC_WGMMA_D64_REGS ", {%64,%65,%66,%67}, %68, p;\n}\n"
+      : QDEC_WGMMA_D64_OPERANDS(d)
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(accumulate));
 }
 

@@ -1,0 +1,25 @@
+// The W4A8 kernel on Hopper's warpgroup tensor cores (src/int8gemm/w4a8_wgmma.cu; W4A8Path::kWgmma64 / 128 / 256):
+// host entry points for w4a8_gemm.cu. Token tiles of 64, 128 or 256 tokens x 128 channels per CTA.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "qdec/status.h"
+
+namespace qdec::w4a8 {
+
+struct KernelParams;
+
+// Unsupported (with the reason) unless the device is sm_90 and the library carries sm_90a code for the kernel.
+Status wgmma_kernel_supported();
+// Resident CTAs per SM of the (tokens, scheme) instantiation; tokens 64, 128 or 256.
+Status wgmma_kernel_occupancy(int tokens, bool group, int* blocks);
+// grid: x = (128-channel column) x (token tile), token tiles fastest; z = K splits. x_perm: ceil(M / tokens) x
+// tokens x K bytes of workspace (16-byte aligned) for X in the prepack's K order, tile by tile (written by a first
+// kernel). Nothing is launched on error.
+Status wgmma_kernel_launch(int tokens, bool group, const KernelParams& kp, dim3 grid, uint8_t* x_perm,
+                           cudaStream_t stream);
+
+}  // namespace qdec::w4a8
