@@ -321,6 +321,38 @@ TEST(W4A8Gpu, WgmmaBitwiseAsMma) {
       }
 }
 
+// kAuto's choice of the wgmma kernel on sm_90, by M and weight size (N x K); planning only (the pointers are never
+// read, nothing is launched).
+TEST(W4A8Gpu, AutoWgmmaByMAndWeights) {
+  QDEC_SKIP_WITHOUT_GPU();
+  if (!sm90_device()) GTEST_SKIP() << "the wgmma paths need an sm_90 device";
+  struct Want {
+    int m, n, k;
+    W4A8Path path;
+  };
+  const Want wants[] = {{64, 28672, 4096, W4A8Path::kTokens64},    {65, 28672, 4096, W4A8Path::kWgmma128},
+                        {128, 8192, 8192, W4A8Path::kWgmma128},    {128, 4096, 14336, W4A8Path::kTokens64},
+                        {129, 28672, 4096, W4A8Path::kWgmma256},   {256, 4096, 14336, W4A8Path::kWgmma128},
+                        {256, 6144, 4096, W4A8Path::kDequantW8A8}, {257, 28672, 4096, W4A8Path::kDequantW8A8},
+                        {200, 16384, 4096, W4A8Path::kWgmma256},   {100, 16384, 4096, W4A8Path::kWgmma128},
+                        {100, 16383, 4096, W4A8Path::kTokens64},   {200, 8192, 3584, W4A8Path::kWgmma128},
+                        {200, 8191, 3584, W4A8Path::kDequantW8A8}};
+  const uintptr_t fake = 256;  // aligned, non-null
+  for (const Want& w : wants) {
+    W4A8Params p;
+    p.x = Int8ActivationsView{
+        w.m, w.k, reinterpret_cast<const int8_t*>(fake), w.k, reinterpret_cast<const float*>(fake), nullptr};
+    p.w = W4A8WeightView{w.n, w.k, 128, reinterpret_cast<const void*>(fake), size_t(1) << 40};
+    p.y = reinterpret_cast<void*>(fake);
+    W4A8Path path = W4A8Path::kAuto;
+    int splits = 0;
+    const Status st = w4a8_gemm_plan(p, &path, &splits);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(path, w.path) << "M " << w.m << " N " << w.n << " K " << w.k << ": " << w4a8_path_name(path)
+                            << ", expected " << w4a8_path_name(w.path);
+  }
+}
+
 TEST(W4A8Gpu, DequantW8A8EveryBackend) {
   QDEC_SKIP_WITHOUT_GPU();
   QDEC_TEST_RNG(rng);

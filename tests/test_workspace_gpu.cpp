@@ -1,10 +1,10 @@
 // One workspace, zero-filled once, shared by every GEMM-family call and path in turn (qdec/workspace.h): calls
-// whose scratch is written before it is read (the weight-only dequantize path, cuBLASLt's int32 output, the
-// wgmma backend's per-split partials, W4A8's int8 weights on its dequantize path) alternate with split-K calls that
-// need zeroed counters and partial sums (the fused weight-only kernel, W8A8 kMma, W4A8), across the three APIs and two
-// weight shapes. Each call's output is poisoned before it and checked against its float64 reference. Before the state
-// zone, a split-K call after a scratch-writing call read the scratch as its tickets. Skipped, with the reason, without
-// a GPU.
+// whose scratch is written before it is read (the weight-only dequantize path, cuBLASLt's int32 output, the wgmma
+// backend's per-split partials, W4A8's int8 weights on its dequantize path and its wgmma paths' permuted X)
+// alternate with split-K calls that need zeroed counters and partial sums (the fused weight-only kernel, W8A8 kMma,
+// W4A8), across the three APIs and two weight shapes. Each call's output is poisoned before it and checked against
+// its float64 reference. Before the state zone, a split-K call after a scratch-writing call read the scratch as its
+// tickets. Skipped, with the reason, without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -159,26 +159,26 @@ TEST(GemmWorkspace, SharedAcrossApisPathsAndShapes) {
     W8A8Params p8;
     W4A8Params p4;
   };
-  std::vector<Int8Call> ic(5);
+  std::vector<Int8Call> ic(6);
   const W8A8Backend backends[3] = {W8A8Backend::kCublasLt, W8A8Backend::kMma, W8A8Backend::kWgmma};
   const int m8[3] = {64, 4, 256}, s8[3] = {0, 4, 2};
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 6; ++i) {
     Int8Call& c = ic[i];
     c.w4a8 = i >= 3;
     c.n = c.w4a8 ? n4 : n8;
-    const int m = i == 3 ? 3 : i == 4 ? 20 : m8[i];
+    const int m = i == 3 ? 3 : i == 4 ? 20 : i == 5 ? 70 : m8[i];
     ASSERT_NO_FATAL_FAILURE(make_acts(rng, m, k, &c.acts));
     ASSERT_EQ(c.y.allocate(size_t(m) * c.n * 2), cudaSuccess);
     c.ref.resize(size_t(m) * c.n);
     if (c.w4a8) {
-      c.name = i == 3 ? "w4a8 t8 s4" : "w4a8 dq-w8a8 mma s4";
+      c.name = i == 3 ? "w4a8 t8 s4" : i == 4 ? "w4a8 dq-w8a8 mma s4" : "w4a8 wg128 s3";
       QDEC_ASSERT_OK(w4a8_group_gemm_reference(c.acts.host, w4, nullptr, c.ref.data()));
       c.p4.x = c.acts.view();
       c.p4.w = W4A8WeightView{n4, k, 128, dw4.get(), pk.data.size()};
       c.p4.y = c.y.get();
-      c.p4.path = i == 3 ? W4A8Path::kTokens8 : W4A8Path::kDequantW8A8;
+      c.p4.path = i == 3 ? W4A8Path::kTokens8 : i == 4 ? W4A8Path::kDequantW8A8 : W4A8Path::kWgmma128;
       c.p4.w8a8_backend = W8A8Backend::kMma;
-      c.p4.num_splits = 4;
+      c.p4.num_splits = i == 5 ? 3 : 4;
     } else {
       c.name = std::string("w8a8 ") + w8a8_backend_name(backends[i]) + " m" + std::to_string(m);
       QDEC_ASSERT_OK(w8a8_gemm_reference(c.acts.host, w8, nullptr, c.ref.data(), nullptr));
@@ -193,6 +193,10 @@ TEST(GemmWorkspace, SharedAcrossApisPathsAndShapes) {
   int unused_splits = 0;
   const bool wgmma = w8a8_plan(ic[2].p8, &unused, &unused_splits).ok();
   if (!wgmma) std::printf("[ INFO ] wgmma backend unsupported here: its calls are left out\n");
+  W4A8Path unused_path;
+  const bool wgmma4 = w4a8_gemm_plan(ic[5].p4, &unused_path, &unused_splits).ok();
+  if (!wgmma4) std::printf("[ INFO ] W4A8 wgmma path unsupported here: its calls are left out\n");
+  auto left_out = [&](int i) { return (i == 2 && !wgmma) || (i == 5 && !wgmma4); };
 
   // One buffer for everything: the largest call's size, zero-filled once.
   size_t bytes = 0;
@@ -201,8 +205,8 @@ TEST(GemmWorkspace, SharedAcrossApisPathsAndShapes) {
     QDEC_ASSERT_OK(gemm_workspace_bytes(c.p, &b));
     bytes = std::max(bytes, b);
   }
-  for (int i = 0; i < 5; ++i) {
-    if (i == 2 && !wgmma) continue;
+  for (int i = 0; i < 6; ++i) {
+    if (left_out(i)) continue;
     size_t b = 0;
     if (ic[i].w4a8) {
       QDEC_ASSERT_OK(w4a8_gemm_workspace_bytes(ic[i].p4, &b));
@@ -230,7 +234,7 @@ TEST(GemmWorkspace, SharedAcrossApisPathsAndShapes) {
     EXPECT_LE(rel_l2(got.data(), c.ref.data(), c.ref.size()), kWeightOnlyTol);
   };
   auto run_int8 = [&](int i) {
-    if (i == 2 && !wgmma) return;
+    if (left_out(i)) return;
     Int8Call& c = ic[i];
     SCOPED_TRACE(c.name);
     QDEC_CUDA_CHECK(cudaMemset(c.y.get(), 0xFF, c.y.bytes()));
@@ -244,11 +248,11 @@ TEST(GemmWorkspace, SharedAcrossApisPathsAndShapes) {
     EXPECT_LE(rel_l2(got.data(), c.ref.data(), c.ref.size()), kInt8Tol);
   };
   const std::vector<std::function<void()>> order = {
-      [&] { run_wo(0); },   [&] { run_wo(1); },   [&] { run_wo(2); },   [&] { run_int8(0); }, [&] { run_int8(1); },
-      [&] { run_wo(3); },   [&] { run_int8(3); }, [&] { run_int8(4); }, [&] { run_int8(2); }, [&] { run_wo(4); },
-      [&] { run_int8(0); }, [&] { run_wo(2); },   [&] { run_wo(1); },   [&] { run_int8(4); }, [&] { run_wo(3); },
-      [&] { run_int8(1); }, [&] { run_int8(2); }, [&] { run_int8(3); }, [&] { run_wo(0); },   [&] { run_wo(4); },
-      [&] { run_int8(4); }, [&] { run_wo(1); }};
+      [&] { run_wo(0); }, [&] { run_wo(1); },   [&] { run_wo(2); },   [&] { run_int8(0); }, [&] { run_int8(1); },
+      [&] { run_wo(3); }, [&] { run_int8(3); }, [&] { run_int8(5); }, [&] { run_int8(4); }, [&] { run_int8(2); },
+      [&] { run_wo(4); }, [&] { run_int8(0); }, [&] { run_wo(2); },   [&] { run_wo(1); },   [&] { run_int8(4); },
+      [&] { run_wo(3); }, [&] { run_int8(1); }, [&] { run_int8(2); }, [&] { run_int8(5); }, [&] { run_int8(3); },
+      [&] { run_wo(0); }, [&] { run_wo(4); },   [&] { run_int8(4); }, [&] { run_wo(1); }};
   for (size_t step = 0; step < order.size(); ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     order[step]();

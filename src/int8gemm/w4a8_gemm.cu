@@ -285,12 +285,18 @@ Status make_plan(const W4A8Params& p, Plan* plan) {
   const int m = p.x.m;
   const PackedLayout lay{p.w.n, p.w.k, p.w.group_size};
   W4A8Path path = p.path;
-  if (path == W4A8Path::kAuto)
+  if (path == W4A8Path::kAuto) {
     path = m <= 8                     ? W4A8Path::kTokens8
            : m <= 16                  ? W4A8Path::kTokens16
            : m <= 32                  ? W4A8Path::kTokens32
            : m < kW4A8AutoDequantMinM ? W4A8Path::kTokens64
                                       : W4A8Path::kDequantW8A8;
+    const long long weights = (long long)p.w.n * p.w.k;
+    if (m > 64 && m <= 256 && weights >= kW4A8AutoWgmmaMinWeights256 && w4a8::wgmma_kernel_supported().ok()) {
+      if (m <= 128 && weights >= kW4A8AutoWgmmaMinWeights128) path = W4A8Path::kWgmma128;
+      if (m > 128) path = p.w.n >= kW4A8AutoWgmma256MinN ? W4A8Path::kWgmma256 : W4A8Path::kWgmma128;
+    }
+  }
   if (path == W4A8Path::kDequantW8A8) {
     // The W8A8 call on the int8 weights. Planning needs aligned non-null weight pointers only: the packed weight's
     // address stands in (validated, 16-byte aligned, never dereferenced by planning); w4a8_gemm sets the real ones.

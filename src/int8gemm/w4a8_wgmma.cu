@@ -192,6 +192,10 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   const int kt_begin = blockIdx.z * p.kt_per_split;
   const int kt_end = min(p.k_tiles, kt_begin + p.kt_per_split);
   const int n_kt = kt_end - kt_begin;
+  // The split's tiles in a rotated order, whole runs of kWT apart per CTA: every CTA reads the same X image, and in
+  // the same order they all read the same L2 lines at once. Integer sums, so the order changes no bit.
+  const int rot = n_kt % C::kWT == 0 ? (int(blockIdx.x) * 5 % (n_kt / C::kWT)) * C::kWT : 0;
+  auto kt_of = [&](int i) { return kt_begin + (i + rot < n_kt ? i + rot : i + rot - n_kt); };
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
   // Copies by the TMA engine (bulk copies; cp.async's per-thread copies kept the weights at ~1.3-1.7 TB/s whatever
@@ -201,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   const int w_nb = min(nb0 + warp, p.n_blocks - 1);
   const uint8_t* w_src = p.codes + size_t(w_nb) * p.k_tiles * kTileBytes;
   const uint8_t* m_src = kGroup ? p.meta + size_t(w_nb) * p.num_groups * kMetaBytes : nullptr;
-  auto first_group = [&](int run) { return ((kt_begin + run * C::kWT) * kTileK) >> p.group_shift; };
+  auto first_group = [&](int run) { return (kt_of(run * C::kWT) * kTileK) >> p.group_shift; };
   const uint8_t* x_src = reinterpret_cast<const uint8_t*>(p.xq) + size_t(row_tile) * p.k_tiles * C::kXBytes;
   const uint32_t bars = smem_base + C::kBarOffset;  // [kWSlots] W barriers, then [kXSlots] X barriers
   auto w_bar = [&](int i) { return bars + uint32_t(i % C::kWSlots) * 8; };
@@ -216,15 +220,16 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   // Tile i (relative to the split's first) into its slots.
   auto load_x = [&](int i) {
     if (tid != 0) return;
+    fence_proxy_async();  // the slot's previous reads (ordered by the block barrier) before the copy's writes
     const uint32_t bar = x_bar(i);
     mbar_expect_tx(bar, C::kXBytes);
-    bulk_g2s(smem_base + uint32_t(i % C::kXSlots) * C::kXBytes, x_src + size_t(kt_begin + i) * C::kXBytes, C::kXBytes,
-             bar);
+    bulk_g2s(smem_base + uint32_t(i % C::kXSlots) * C::kXBytes, x_src + size_t(kt_of(i)) * C::kXBytes, C::kXBytes, bar);
   };
   auto load_w = [&](int run) {  // tiles kWT run .. of the split, as many as it has
     if (lane != 0) return;
+    fence_proxy_async();
     const uint32_t st = smem_base + C::kWOffset + uint32_t(run % C::kWSlots) * C::kWSlotBytes, bar = w_bar(run);
-    const int t0 = run * C::kWT, nt = min(C::kWT, n_kt - t0), kt0 = kt_begin + t0;
+    const int t0 = run * C::kWT, nt = min(C::kWT, n_kt - t0), kt0 = kt_of(t0);  // a run never wraps (rot)
     int mbytes = 0;
     if constexpr (kGroup) mbytes = ((((kt0 + nt) * kTileK - 1) >> p.group_shift) - first_group(run) + 1) * kMetaBytes;
     mbar_expect_tx(bar, nt * kTileBytes + mbytes);
@@ -250,7 +255,6 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   auto arrive = [&](int j) {
     __syncthreads();
     if (j > 0) {
-      fence_proxy_async();
       if (j % C::kWT == 0 && (j / C::kWT + C::kDWS - 1) * C::kWT < n_kt) load_w(j / C::kWT + C::kDWS - 1);
       if (j + C::kDX - 1 < n_kt) load_x(j + C::kDX - 1);
     }
@@ -264,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
     const uint4 w = lds128(st + warp * (C::kWT * kTileBytes) + (j % C::kWT) * kTileBytes + lane * 16);
     if constexpr (kGroup) {
       // The lane's group: K 16t of the tile (group 32 puts lanes t = 0, 1 and t = 2, 3 in different groups).
-      const int grp = (((kt_begin + j) * kTileK + 16 * t) >> p.group_shift) - first_group(run);
+      const int grp = ((kt_of(j) * kTileK + 16 * t) >> p.group_shift) - first_group(run);
       const uint32_t mw = lds32(st + C::kWMetaOffset + warp * C::kRunMetaBytes + grp * kMetaBytes + g * 4);
       const uint32_t s_lo = mw & 0xFF, s_hi = (mw >> 16) & 0xFF;
       const uint32_t b_lo = dequant_bias((mw >> 8) & 0xFF);
