@@ -129,6 +129,36 @@ __device__ __forceinline__ void mma_k32(int (&d)[4], uint32_t a0, uint32_t a1, u
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// A warp's A fragments of both k-steps of a 64-K tile ([k-step][A register]) from its lane's 16 code bytes w (word
+// 2s + h: k-step s, channel g + 8h; low nibbles the first A register of the pair, high nibbles the second). qoq-g
+// dequantizes with the lane's meta word mw (s1 and z * s1 of channels g and g + 8; dequant4); qoq-c takes the raw
+// codes (0..15 are int8). Shared by the mma and the wgmma kernels, whose per-warp A fragments are the same.
+template <bool kGroup>
+__device__ __forceinline__ void tile_fragments(uint4 w, uint32_t mw, uint32_t (&a)[2][4]) {
+  if constexpr (kGroup) {
+    const uint32_t s_lo = mw & 0xFF, s_hi = (mw >> 16) & 0xFF;
+    const uint32_t b_lo = dequant_bias((mw >> 8) & 0xFF);
+    const uint32_t b_hi = dequant_bias(mw >> 24);
+    a[0][0] = dequant4(w.x & 0x0F0F0F0Fu, s_lo, b_lo);
+    a[0][2] = dequant4((w.x >> 4) & 0x0F0F0F0Fu, s_lo, b_lo);
+    a[0][1] = dequant4(w.y & 0x0F0F0F0Fu, s_hi, b_hi);
+    a[0][3] = dequant4((w.y >> 4) & 0x0F0F0F0Fu, s_hi, b_hi);
+    a[1][0] = dequant4(w.z & 0x0F0F0F0Fu, s_lo, b_lo);
+    a[1][2] = dequant4((w.z >> 4) & 0x0F0F0F0Fu, s_lo, b_lo);
+    a[1][1] = dequant4(w.w & 0x0F0F0F0Fu, s_hi, b_hi);
+    a[1][3] = dequant4((w.w >> 4) & 0x0F0F0F0Fu, s_hi, b_hi);
+  } else {
+    a[0][0] = w.x & 0x0F0F0F0Fu;
+    a[0][2] = (w.x >> 4) & 0x0F0F0F0Fu;
+    a[0][1] = w.y & 0x0F0F0F0Fu;
+    a[0][3] = (w.y >> 4) & 0x0F0F0F0Fu;
+    a[1][0] = w.z & 0x0F0F0F0Fu;
+    a[1][2] = (w.z >> 4) & 0x0F0F0F0Fu;
+    a[1][1] = w.w & 0x0F0F0F0Fu;
+    a[1][3] = (w.w >> 4) & 0x0F0F0F0Fu;
+  }
+}
+
 __device__ __forceinline__ void store_y(void* y, int dtype, size_t idx, float v) {
   if (dtype == 0) {
     static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
@@ -254,29 +284,9 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
       // Private mode: the warp's only block lives in its own region.
       const uint4 w = lds128(st + w_off + (C::kPrivate ? 0 : blk * kTileBytes));
       uint32_t a[2][4];  // [k-step][A register]
-      if constexpr (kGroup) {
-        const uint32_t mw = lds32(st + meta_off + (C::kPrivate ? 0 : blk * 64));
-        const uint32_t s_lo = mw & 0xFF, s_hi = (mw >> 16) & 0xFF;
-        const uint32_t b_lo = dequant_bias((mw >> 8) & 0xFF);
-        const uint32_t b_hi = dequant_bias(mw >> 24);
-        a[0][0] = dequant4(w.x & 0x0F0F0F0Fu, s_lo, b_lo);
-        a[0][2] = dequant4((w.x >> 4) & 0x0F0F0F0Fu, s_lo, b_lo);
-        a[0][1] = dequant4(w.y & 0x0F0F0F0Fu, s_hi, b_hi);
-        a[0][3] = dequant4((w.y >> 4) & 0x0F0F0F0Fu, s_hi, b_hi);
-        a[1][0] = dequant4(w.z & 0x0F0F0F0Fu, s_lo, b_lo);
-        a[1][2] = dequant4((w.z >> 4) & 0x0F0F0F0Fu, s_lo, b_lo);
-        a[1][1] = dequant4(w.w & 0x0F0F0F0Fu, s_hi, b_hi);
-        a[1][3] = dequant4((w.w >> 4) & 0x0F0F0F0Fu, s_hi, b_hi);
-      } else {
-        a[0][0] = w.x & 0x0F0F0F0Fu;
-        a[0][2] = (w.x >> 4) & 0x0F0F0F0Fu;
-        a[0][1] = w.y & 0x0F0F0F0Fu;
-        a[0][3] = (w.y >> 4) & 0x0F0F0F0Fu;
-        a[1][0] = w.z & 0x0F0F0F0Fu;
-        a[1][2] = (w.z >> 4) & 0x0F0F0F0Fu;
-        a[1][1] = w.w & 0x0F0F0F0Fu;
-        a[1][3] = (w.w >> 4) & 0x0F0F0F0Fu;
-      }
+      uint32_t mw = 0;
+      if constexpr (kGroup) mw = lds32(st + meta_off + (C::kPrivate ? 0 : blk * 64));
+      tile_fragments<kGroup>(w, mw, a);
 #pragma unroll
       for (int mt = 0; mt < C::MT; ++mt) {
         mma_k32(acc[b][mt], a[0][0], a[0][1], a[0][2], a[0][3], xb[mt].x, xb[mt].y);

@@ -266,31 +266,13 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
     const int run = j / C::kWT;
     const uint32_t st = smem_base + C::kWOffset + uint32_t(run % C::kWSlots) * C::kWSlotBytes;
     const uint4 w = lds128(st + warp * (C::kWT * kTileBytes) + (j % C::kWT) * kTileBytes + lane * 16);
+    uint32_t mw = 0;
     if constexpr (kGroup) {
       // The lane's group: K 16t of the tile (group 32 puts lanes t = 0, 1 and t = 2, 3 in different groups).
       const int grp = ((kt_of(j) * kTileK + 16 * t) >> p.group_shift) - first_group(run);
-      const uint32_t mw = lds32(st + C::kWMetaOffset + warp * C::kRunMetaBytes + grp * kMetaBytes + g * 4);
-      const uint32_t s_lo = mw & 0xFF, s_hi = (mw >> 16) & 0xFF;
-      const uint32_t b_lo = dequant_bias((mw >> 8) & 0xFF);
-      const uint32_t b_hi = dequant_bias(mw >> 24);
-      a[0][0] = dequant4(w.x & 0x0F0F0F0Fu, s_lo, b_lo);
-      a[0][2] = dequant4((w.x >> 4) & 0x0F0F0F0Fu, s_lo, b_lo);
-      a[0][1] = dequant4(w.y & 0x0F0F0F0Fu, s_hi, b_hi);
-      a[0][3] = dequant4((w.y >> 4) & 0x0F0F0F0Fu, s_hi, b_hi);
-      a[1][0] = dequant4(w.z & 0x0F0F0F0Fu, s_lo, b_lo);
-      a[1][2] = dequant4((w.z >> 4) & 0x0F0F0F0Fu, s_lo, b_lo);
-      a[1][1] = dequant4(w.w & 0x0F0F0F0Fu, s_hi, b_hi);
-      a[1][3] = dequant4((w.w >> 4) & 0x0F0F0F0Fu, s_hi, b_hi);
-    } else {
-      a[0][0] = w.x & 0x0F0F0F0Fu;
-      a[0][2] = (w.x >> 4) & 0x0F0F0F0Fu;
-      a[0][1] = w.y & 0x0F0F0F0Fu;
-      a[0][3] = (w.y >> 4) & 0x0F0F0F0Fu;
-      a[1][0] = w.z & 0x0F0F0F0Fu;
-      a[1][2] = (w.z >> 4) & 0x0F0F0F0Fu;
-      a[1][1] = w.w & 0x0F0F0F0Fu;
-      a[1][3] = (w.w >> 4) & 0x0F0F0F0Fu;
+      mw = lds32(st + C::kWMetaOffset + warp * C::kRunMetaBytes + grp * kMetaBytes + g * 4);
     }
+    tile_fragments<kGroup>(w, mw, a);
   };
   // Issues (does not wait for) the tile's two k-steps: chunks 2s, 2s + 1 of its X tile (32 bytes of permuted K).
   auto mma_tile = [&](uint32_t st, const uint32_t(&a)[2][4]) {  // st: the tile's X slot
