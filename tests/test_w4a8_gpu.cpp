@@ -351,6 +351,19 @@ TEST(W4A8Gpu, AutoWgmmaByMAndWeights) {
     EXPECT_EQ(path, w.path) << "M " << w.m << " N " << w.n << " K " << w.k << ": " << w4a8_path_name(path)
                             << ", expected " << w4a8_path_name(w.path);
   }
+  // The wgmma kernel numbers (column, token tile) in one grid dimension: more than 2^31 - 1 tiles are refused.
+  W4A8Params p;
+  p.x = Int8ActivationsView{
+      4000000, 64, reinterpret_cast<const int8_t*>(fake), 64, reinterpret_cast<const float*>(fake), nullptr};
+  p.w = W4A8WeightView{4500000, 64, 64, reinterpret_cast<const void*>(fake), size_t(1) << 40};
+  p.y = reinterpret_cast<void*>(fake);
+  p.path = W4A8Path::kWgmma64;
+  W4A8Path path;
+  int splits = 0;
+  const Status st = w4a8_gemm_plan(p, &path, &splits);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("M 4000000 x N 4500000 needs more than 2^31 - 1 CTA tiles"), std::string::npos)
+      << st.to_string();
 }
 
 TEST(W4A8Gpu, DequantW8A8EveryBackend) {

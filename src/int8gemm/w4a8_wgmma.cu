@@ -18,9 +18,11 @@
 //   warp and run of kWT tiles for its weight block and group meta, one per tile for X) into two rings, W kDWS runs
 //   ahead and X kDX tiles, completing on mbarriers; one __syncthreads per tile frees the slots. Each warpgroup issues
 //   the tile's two wgmma, dequantizes the next tile meanwhile, then waits for them.
-// - Measured on the H200 and replaced: X gathered by 4-byte cp.async into shared memory (L1 82% busy, ncu at 28672 x
-//   4096, M = 128; no faster than the mma kernel), and per-thread 16-byte cp.async for W and X at any ring depth
-//   (the weights streamed at ~1.3-1.7 TB/s, e.g. 45 us at M = 16 on 28672 x 4096).
+// - Measured on the H200 and replaced (docs/int8_w4a8.md, "How it got there"): X gathered by 4-byte cp.async into
+//   shared memory (L1 82% busy, ncu at 28672 x 4096, M = 128; no faster than the mma kernel); per-thread 16-byte
+//   cp.async for W and X at any ring depth (the weights streamed at ~1.3-1.7 TB/s, e.g. 45 us at M = 16 on 28672 x
+//   4096); a producer warp (lost occupancy); two tiles per barrier (no gain; wg256 slower). The kernel is
+//   issue-bound on its per-tile bookkeeping (ncu: ~146 warp instructions per warp and 64-K tile).
 // - int32 until the epilogue, so split-K partials add exactly: the same per-split partials and ticket as the mma
 //   kernel (w4a8_kernel.cuh), the same epilogue arithmetic, hence the same output bits as the kTokens paths.
 #include <algorithm>
@@ -42,9 +44,8 @@ struct WgConfig {
   static constexpr int kTok = kTok_;
   static constexpr int kXBytes = kTok * kTileK;  // the permuted X tile
   // Two rings: the weights (DRAM) in runs of kWT 64-K tiles per block (one bulk copy of 2 KB and one of the runs'
-  // group meta per warp), kDWS runs ahead; X (L2) kDX tiles ahead. One 512-byte copy per warp and tile, even 10-16
-  // tiles ahead, streamed the weights at ~1 TB/s (ncu, 28672 x 4096, M = 16: 2.1 instructions issued per cycle,
-  // mostly the warps' barrier spins).
+  // group meta per warp), kDWS runs ahead; X (L2) kDX tiles ahead. One 512-byte copy per warp and tile cost ~181
+  // warp instructions per warp and tile (ncu, 28672 x 4096, M = 16, 2.1 issued per cycle); runs of 4: ~146.
   static constexpr int kWT = 4;
   static constexpr int kRunMetaBytes = 2 * kWT * kMetaBytes;  // at most 8 groups of 32 per run (group size 32)
   static constexpr int kWSlotBytes = kCtaBlocks * (kWT * kTileBytes + kRunMetaBytes);
