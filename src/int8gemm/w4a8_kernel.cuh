@@ -169,6 +169,19 @@ __device__ __forceinline__ void store_y(void* y, int dtype, size_t idx, float v)
   }
 }
 
+// Split-K arrival, after the CTA stored its partials: its tile's ticket counts it, and the result says whether it is
+// the tile's last CTA, which then sees every split's partials. All threads of the CTA call it; flag is a shared int.
+// Used by the mma and the wgmma kernels.
+__device__ __forceinline__ bool split_k_arrive(unsigned* tickets, unsigned ticket, int* flag) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) *flag = atomicAdd(tickets + ticket, 1u) == gridDim.z - 1;
+  __syncthreads();
+  if (!*flag) return false;
+  __threadfence();
+  return true;
+}
+
 // ---- The kernel ------------------------------------------------------------------------------------------------
 // grid: x = 128-channel CTA columns, y = kTokens token tiles, z = K splits (kt_per_split 64-K tiles each).
 template <class C, bool kGroup>
@@ -322,12 +335,7 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
         if (stored(mt))
           __stcg(slot(blockIdx.z, b * C::MT + mt),
                  make_int4(acc[b][mt][0], acc[b][mt][1], acc[b][mt][2], acc[b][mt][3]));
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) *s_last = atomicAdd(p.tickets + ticket, 1u) == gridDim.z - 1;
-    __syncthreads();
-    if (!*s_last) return;
-    __threadfence();
+    if (!split_k_arrive(p.tickets, ticket, s_last)) return;
     for (int z = 0; z < int(gridDim.z); ++z) {
       if (z == int(blockIdx.z)) continue;
 #pragma unroll

@@ -327,12 +327,7 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
 #pragma unroll
     for (int j = 0; j < kChunks; ++j)
       if (stored(j)) __stcg(slot(blockIdx.z, j), make_int4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]));
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) *s_last = atomicAdd(p.tickets + ticket, 1u) == gridDim.z - 1;
-    __syncthreads();
-    if (!*s_last) return;
-    __threadfence();
+    if (!split_k_arrive(p.tickets, ticket, s_last)) return;
     for (int z = 0; z < int(gridDim.z); ++z) {
       if (z == int(blockIdx.z)) continue;
 #pragma unroll
