@@ -303,7 +303,12 @@ TEST(W4A8Gpu, WgmmaBitwiseAsMma) {
       for (W4A8Path path : {W4A8Path::kWgmma64, W4A8Path::kWgmma128, W4A8Path::kWgmma256}) {
         Case ref = c0, wg = c0;
         ref.bias = wg.bias = true;
-        ref.y_dtype = wg.y_dtype = GemmDType::kFP32;
+        // Every output type (the wgmma kernel stores bf16 / fp16 through shared memory as 16-byte vectors, fp32 and
+        // rows whose stride is not a multiple of 8 elements directly), N % 8 != 0 among the shapes.
+        const GemmDType types[3] = {GemmDType::kFP32, GemmDType::kBF16, GemmDType::kFP16};
+        ref.y_dtype = wg.y_dtype = types[(i + i / 3) % 3];  // every (type, split) pair
+        // Row strides: N, N + 8, N rounded up to 8 (the last vector of a row partial), N + 3.
+        ref.ldy_pad = wg.ldy_pad = i % 4 == 3 ? 3 : i % 4 == 1 ? 8 : i % 4 == 2 ? (8 - c0.n % 8) % 8 : 0;
         ref.path = W4A8Path::kTokens64;
         ref.splits = 1;
         wg.path = path;
@@ -314,8 +319,9 @@ TEST(W4A8Gpu, WgmmaBitwiseAsMma) {
         run_case(ref, rng, &y_ref);
         run_case(wg, rng_same, &y_wg);
         ASSERT_EQ(y_ref.size(), y_wg.size());
+        const size_t es = wg.y_dtype == GemmDType::kFP32 ? 4 : 2;
         size_t differ = 0;
-        for (size_t b = 0; b < y_ref.size(); b += 4) differ += std::memcmp(&y_ref[b], &y_wg[b], 4) != 0;
+        for (size_t b = 0; b + es <= y_ref.size(); b += es) differ += std::memcmp(&y_ref[b], &y_wg[b], es) != 0;
         EXPECT_EQ(differ, 0u) << describe(wg) << ": outputs differing from t64";
         if (::testing::Test::HasFailure()) return;
       }
@@ -330,13 +336,16 @@ TEST(W4A8Gpu, AutoWgmmaByMAndWeights) {
     int m, n, k;
     W4A8Path path;
   };
-  const Want wants[] = {{64, 28672, 4096, W4A8Path::kTokens64},    {65, 28672, 4096, W4A8Path::kWgmma128},
-                        {128, 8192, 8192, W4A8Path::kWgmma128},    {128, 4096, 14336, W4A8Path::kTokens64},
-                        {129, 28672, 4096, W4A8Path::kWgmma256},   {256, 4096, 14336, W4A8Path::kWgmma128},
-                        {256, 6144, 4096, W4A8Path::kDequantW8A8}, {257, 28672, 4096, W4A8Path::kDequantW8A8},
-                        {200, 16384, 4096, W4A8Path::kWgmma256},   {100, 16384, 4096, W4A8Path::kWgmma128},
-                        {100, 16383, 4096, W4A8Path::kTokens64},   {200, 8192, 3584, W4A8Path::kWgmma128},
-                        {200, 8191, 3584, W4A8Path::kDequantW8A8}};
+  const Want wants[] = {{64, 28672, 4096, W4A8Path::kTokens64},      {65, 28672, 4096, W4A8Path::kWgmma128},
+                        {128, 8192, 8192, W4A8Path::kWgmma128},      {128, 4096, 14336, W4A8Path::kWgmma128},
+                        {128, 4096, 4096, W4A8Path::kTokens64},      {129, 28672, 4096, W4A8Path::kWgmma256},
+                        {256, 4096, 14336, W4A8Path::kWgmma128},     {256, 6144, 4096, W4A8Path::kWgmma128},
+                        {257, 28672, 4096, W4A8Path::kWgmma256},     {200, 16384, 4096, W4A8Path::kWgmma256},
+                        {1024, 6144, 4096, W4A8Path::kWgmma256},     {2048, 4096, 4096, W4A8Path::kWgmma256},
+                        {2049, 28672, 4096, W4A8Path::kDequantW8A8}, {1024, 1280, 8192, W4A8Path::kDequantW8A8},
+                        {100, 16383, 4096, W4A8Path::kWgmma128},     {100, 6144, 4096, W4A8Path::kWgmma128},
+                        {100, 6143, 4096, W4A8Path::kTokens64},      {200, 4096, 4096, W4A8Path::kWgmma128},
+                        {200, 4095, 4096, W4A8Path::kDequantW8A8},   {200, 1280, 8192, W4A8Path::kDequantW8A8}};
   const uintptr_t fake = 256;  // aligned, non-null
   for (const Want& w : wants) {
     W4A8Params p;

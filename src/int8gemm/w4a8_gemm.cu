@@ -292,9 +292,13 @@ Status make_plan(const W4A8Params& p, Plan* plan) {
            : m < kW4A8AutoDequantMinM ? W4A8Path::kTokens64
                                       : W4A8Path::kDequantW8A8;
     const long long weights = (long long)p.w.n * p.w.k;
-    if (m > 64 && m <= 256 && weights >= kW4A8AutoWgmmaMinWeights256 && w4a8::wgmma_kernel_supported().ok()) {
-      if (m <= 128 && weights >= kW4A8AutoWgmmaMinWeights128) path = W4A8Path::kWgmma128;
-      if (m > 128) path = p.w.n >= kW4A8AutoWgmma256MinN ? W4A8Path::kWgmma256 : W4A8Path::kWgmma128;
+    if (m > 64 && m <= kW4A8AutoWgmmaMaxM && weights >= kW4A8AutoWgmmaMinWeights256 &&
+        w4a8::wgmma_kernel_supported().ok()) {
+      if (m <= 128) {
+        if (weights >= kW4A8AutoWgmmaMinWeights128) path = W4A8Path::kWgmma128;
+      } else {
+        path = m > 256 || p.w.n >= kW4A8AutoWgmma256MinN ? W4A8Path::kWgmma256 : W4A8Path::kWgmma128;
+      }
     }
   }
   if (path == W4A8Path::kDequantW8A8) {

@@ -14,15 +14,18 @@
 //   matrices of 8 tokens x 16 bytes: [8-token group][chunk][token % 8][16 bytes], LBO 128 bytes, SBO 512 bytes).
 //   A small kernel first writes X into the workspace in that order, as the image of each (token tile, 64-K tile)
 //   in shared memory, so that one bulk copy moves it.
-// - CTA = 2 warpgroups = 128 channels (8 blocks) x kTok tokens. Copies by the TMA engine (cp.async.bulk, one per
-//   warp and run of kWT tiles for its weight block and group meta, one per tile for X) into two rings, W kDWS runs
-//   ahead and X kDX tiles, completing on mbarriers; one __syncthreads per tile frees the slots. Each warpgroup issues
-//   the tile's two wgmma, dequantizes the next tile meanwhile, then waits for them.
-// - Measured on the H200 and replaced (docs/int8_w4a8.md, "How it got there"): X gathered by 4-byte cp.async into
-//   shared memory (L1 82% busy, ncu at 28672 x 4096, M = 128; no faster than the mma kernel); per-thread 16-byte
-//   cp.async for W and X at any ring depth (the weights streamed at ~1.3-1.7 TB/s, e.g. 45 us at M = 16 on 28672 x
-//   4096); a producer warp (lost occupancy); two tiles per barrier (no gain; wg256 slower). The kernel is
-//   issue-bound on its per-tile bookkeeping (ncu: ~146 warp instructions per warp and 64-K tile).
+// - CTA = 2 warpgroups = 128 channels (8 blocks) x kTok tokens. Copies by the TMA engine (cp.async.bulk) on
+//   mbarriers, no block barrier in the loop: each warp streams its own weight block through its own ring (runs of
+//   kWT tiles, kDWS runs deep); X, read by both warpgroups, through a ring of kXSlots tiles with full and empty
+//   barriers. Per tile a warpgroup waits for its X, issues its two wgmma, waits for the previous tile's (one group
+//   stays queued in the tensor pipe), releases that tile's X slot and dequantizes the next tile.
+// - Measured on the H200 and replaced (docs/int8_w4a8.md, "How it got there" and session 13): X gathered by 4-byte
+//   cp.async into shared memory (L1 82% busy); per-thread 16-byte cp.async for W and X at any ring depth (the
+//   weights streamed at ~1.3-1.7 TB/s); a producer warp (lost occupancy); one block barrier per tile (146 warp
+//   instructions per warp and tile, session 12); a slot refilled by whichever warpgroup releases it second (an
+//   acquire-release shared-memory atomic: MEMBAR.ALL.CTA, 2-11% slower). Now (ncu, wg128, M = 128): ~108 warp
+//   instructions per warp and tile, the tensor pipe ~40% busy; each warpgroup's tile is a ~1000-cycle dependent
+//   chain (X wait, issue, previous-group wait, shared loads, dequantization) for 128 tensor cycles.
 // - int32 until the epilogue, so split-K partials add exactly: the same per-split partials and ticket as the mma
 //   kernel (w4a8_kernel.cuh), the same epilogue arithmetic, hence the same output bits as the kTokens paths.
 #include <algorithm>
@@ -43,22 +46,26 @@ template <int kTok_>
 struct WgConfig {
   static constexpr int kTok = kTok_;
   static constexpr int kXBytes = kTok * kTileK;  // the permuted X tile
-  // Two rings: the weights (DRAM) in runs of kWT 64-K tiles per block (one bulk copy of 2 KB and one of the runs'
-  // group meta per warp), kDWS runs ahead; X (L2) kDX tiles ahead. One 512-byte copy per warp and tile cost ~181
-  // warp instructions per warp and tile (ncu, 28672 x 4096, M = 16, 2.1 issued per cycle); runs of 4: ~146.
+  // Weights: every warp streams its own 16-channel block through its own ring, in runs of kWT 64-K tiles (one bulk
+  // copy of the codes and one of the run's group meta per run), kDWS runs ahead, each run slot with its own "full"
+  // mbarrier: no other warp takes part. One 512-byte copy per tile cost ~181 warp instructions per warp and tile
+  // (ncu, 28672 x 4096, M = 16, 2.1 issued per cycle); runs of 4: ~146 (with the block barrier, since removed).
   static constexpr int kWT = 4;
   static constexpr int kRunMetaBytes = 2 * kWT * kMetaBytes;  // at most 8 groups of 32 per run (group size 32)
-  static constexpr int kWSlotBytes = kCtaBlocks * (kWT * kTileBytes + kRunMetaBytes);
-  static constexpr int kWMetaOffset = kCtaBlocks * kWT * kTileBytes;
-  static constexpr int kDWS = kTok >= 256 ? 6 : 4;
-  static constexpr int kDX = 4;
-  static constexpr int kWSlots = kDWS;     // runs R .. R + kDWS - 1 (run R - 1's slot is refilled at run R's start)
-  static constexpr int kXSlots = kDX + 1;  // tiles j - 1 (its wgmma in flight) .. j + kDX - 1
+  static constexpr int kWRunBytes = kWT * kTileBytes + kRunMetaBytes;
+  static constexpr int kDWS = kTok == 128 ? 2 : 4;  // wg128: two CTAs per SM in 227 KB with the X ring
+  static constexpr int kWWarpBytes = kDWS * kWRunBytes;
+  // X: kXSlots tiles shared by both warpgroups (full and empty mbarriers per slot): tile j in the tensor pipe, up to
+  // j + kXSlots - 1 in flight behind it.
+  static constexpr int kXSlots = 8;
   static constexpr int kWOffset = kXSlots * kXBytes;
-  static constexpr int kBarOffset = kWOffset + kWSlots * kWSlotBytes;
-  static constexpr int kSmemBytes = kBarOffset + (kWSlots + kXSlots) * 8;
+  static constexpr int kBarOffset = kWOffset + kWarps * kWWarpBytes;
+  // Barriers: [kWarps][kDWS] W full, [kXSlots] X full, [kXSlots] X empty.
+  static constexpr int kSmemBytes = kBarOffset + (kWarps * kDWS + 2 * kXSlots) * 8;
   static constexpr int kMinBlocks = kTok >= 256 ? 1 : 2;
-  static_assert(kXBytes % 256 == 0 && kWSlotBytes % 256 == 0, "slots stay 256-byte aligned");
+  static_assert(kXSlots % kWT == 0 && kXSlots % 2 == 0,
+                "the main loop is unrolled over a lap of the X ring: whole runs");
+  static_assert(kXBytes % 256 == 0 && kWRunBytes % 256 == 0, "slots stay 256-byte aligned");
 };
 
 template <int kTok>
@@ -92,6 +99,9 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
       "wait_%=;\n}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 // bytes (a multiple of 16) from global to shared memory, completing on bar.
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, int bytes, uint32_t bar) {
@@ -171,10 +181,26 @@ struct ChannelOperands {
 };
 
 template <bool kGroup>
-__device__ __forceinline__ void store_output(const KernelParams& p, int tok, int ch, int32_t v, float sx, int32_t rsum,
-                                             const ChannelOperands& c) {
+__device__ __forceinline__ float output_value(int32_t v, float sx, int32_t rsum, const ChannelOperands& c) {
   if constexpr (!kGroup) v -= c.z * rsum;
-  store_y(p.y, p.y_dtype, size_t(tok) * p.ldy + ch, __fmaf_rn(static_cast<float>(v), sx * c.s_w, c.bias));
+  return __fmaf_rn(static_cast<float>(v), sx * c.s_w, c.bias);
+}
+
+// Four 8 x 8 b16 matrices from mma-fragment registers, transposed (PTX ISA, stmatrix): lane 8m + i gives the address
+// of row i of matrix m, which receives column i of the fragment.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_y2(float lo, float hi, bool fp16) {
+  if (fp16) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&b);
 }
 
 // grid: x = column * rows + token tile (the token tiles of one column run together, so the second reads the
@@ -191,125 +217,156 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   const int col = blockIdx.x / rows, row_tile = blockIdx.x % rows;
   const int nb0 = col * kCtaBlocks, tok0 = row_tile * kTok;
   const int kt_begin = blockIdx.z * p.kt_per_split;
-  const int kt_end = min(p.k_tiles, kt_begin + p.kt_per_split);
-  const int n_kt = kt_end - kt_begin;
-  // The split's tiles in a rotated order, whole runs of kWT apart per CTA: every CTA reads the same X image, and in
-  // the same order they all read the same L2 lines at once. Integer sums, so the order changes no bit.
-  const int rot = n_kt % C::kWT == 0 ? (int(blockIdx.x) * 5 % (n_kt / C::kWT)) * C::kWT : 0;
-  auto kt_of = [&](int i) { return kt_begin + (i + rot < n_kt ? i + rot : i + rot - n_kt); };
+  const int n_kt = min(p.k_tiles, kt_begin + p.kt_per_split) - kt_begin;
+  const int n_runs = (n_kt + C::kWT - 1) / C::kWT;
+  // The split's runs in a rotated order per column when they are all whole: every column reads the same X image,
+  // and in the same order all CTAs would ask L2 for the same lines at once (one tile of X served to every SM from a
+  // few L2 slices). The CTAs of one column (its token tiles) keep one order: the second reads the weights from L2.
+  // Integer sums, so the order changes no bit.
+  const int rot = n_kt % C::kWT == 0 ? col * 5 % n_runs : 0;
+  auto phys = [&](int run) { return run + rot < n_runs ? run + rot : run + rot - n_runs; };
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
   // Copies by the TMA engine (bulk copies; cp.async's per-thread copies kept the weights at ~1.3-1.7 TB/s whatever
-  // the ring depth). W: lane 0 of warp w copies block nb0 + w's 512-byte tile and its group meta (blocks past N read
-  // the last block, never stored) and arrives on the slot's W barrier (8 arrivals). X: thread 0 copies the tile's
-  // image (permute_x_kernel; p.xq points at it) and arrives on the slot's X barrier.
+  // the ring depth). W: lane 0 of warp w copies block nb0 + w's runs (codes and group meta; blocks past N read the
+  // last block, never stored) into the warp's own ring. X: thread 0 copies each tile's image (permute_x_kernel; p.xq
+  // points at it) once the tile that used the slot before has left both warpgroups' tensor pipes.
   const int w_nb = min(nb0 + warp, p.n_blocks - 1);
-  const uint8_t* w_src = p.codes + size_t(w_nb) * p.k_tiles * kTileBytes;
+  const uint8_t* w_src = p.codes + (size_t(w_nb) * p.k_tiles + kt_begin) * kTileBytes;
   const uint8_t* m_src = kGroup ? p.meta + size_t(w_nb) * p.num_groups * kMetaBytes : nullptr;
-  auto first_group = [&](int run) { return (kt_of(run * C::kWT) * kTileK) >> p.group_shift; };
-  const uint8_t* x_src = reinterpret_cast<const uint8_t*>(p.xq) + size_t(row_tile) * p.k_tiles * C::kXBytes;
-  const uint32_t bars = smem_base + C::kBarOffset;  // [kWSlots] W barriers, then [kXSlots] X barriers
-  auto w_bar = [&](int i) { return bars + uint32_t(i % C::kWSlots) * 8; };
-  auto x_bar = [&](int i) { return bars + uint32_t(C::kWSlots + i % C::kXSlots) * 8; };
-  if (tid == 0) {
-    for (int i = 0; i < C::kWSlots; ++i) mbar_init(bars + i * 8, kWarps);
-    for (int i = 0; i < C::kXSlots; ++i) mbar_init(bars + (C::kWSlots + i) * 8, 1);
+  auto first_group = [&](int run) { return ((kt_begin + phys(run) * C::kWT) * kTileK) >> p.group_shift; };
+  const uint8_t* x_src =
+      reinterpret_cast<const uint8_t*>(p.xq) + (size_t(row_tile) * p.k_tiles + kt_begin) * C::kXBytes;
+  const uint32_t w_ring = smem_base + C::kWOffset + warp * C::kWWarpBytes;
+  const uint32_t w_full = smem_base + C::kBarOffset + warp * C::kDWS * 8;  // [kDWS], this warp's
+  const uint32_t x_full = smem_base + C::kBarOffset + kWarps * C::kDWS * 8;
+  const uint32_t x_empty = x_full + C::kXSlots * 8;
+  if (lane == 0) {
+    for (int i = 0; i < C::kDWS; ++i) mbar_init(w_full + i * 8, 1);
+    if (warp == 0) {
+      for (int i = 0; i < C::kXSlots; ++i) {
+        mbar_init(x_full + i * 8, 1);
+        mbar_init(x_empty + i * 8, 2);  // one arrival per warpgroup
+      }
+    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
-  // Tile i (relative to the split's first) into its slots.
-  auto load_x = [&](int i) {
-    if (tid != 0) return;
-    fence_proxy_async();  // the slot's previous reads (ordered by the block barrier) before the copy's writes
-    const uint32_t bar = x_bar(i);
-    mbar_expect_tx(bar, C::kXBytes);
-    bulk_g2s(smem_base + uint32_t(i % C::kXSlots) * C::kXBytes, x_src + size_t(kt_of(i)) * C::kXBytes, C::kXBytes, bar);
-  };
-  auto load_w = [&](int run) {  // tiles kWT run .. of the split, as many as it has
-    if (lane != 0) return;
-    fence_proxy_async();
-    const uint32_t st = smem_base + C::kWOffset + uint32_t(run % C::kWSlots) * C::kWSlotBytes, bar = w_bar(run);
-    const int t0 = run * C::kWT, nt = min(C::kWT, n_kt - t0), kt0 = kt_of(t0);  // a run never wraps (rot)
+  // Run `run` of this warp's block into ring slot `slot` (lane 0).
+  auto load_w = [&](int run, int slot) {
+    const uint32_t st = w_ring + uint32_t(slot) * C::kWRunBytes, bar = w_full + uint32_t(slot) * 8;
+    const int t0 = phys(run) * C::kWT, nt = min(C::kWT, n_kt - t0);
     int mbytes = 0;
-    if constexpr (kGroup) mbytes = ((((kt0 + nt) * kTileK - 1) >> p.group_shift) - first_group(run) + 1) * kMetaBytes;
-    mbar_expect_tx(bar, nt * kTileBytes + mbytes);
-    bulk_g2s(st + warp * (C::kWT * kTileBytes), w_src + size_t(kt0) * kTileBytes, nt * kTileBytes, bar);
     if constexpr (kGroup)
-      bulk_g2s(st + C::kWMetaOffset + warp * C::kRunMetaBytes, m_src + size_t(first_group(run)) * kMetaBytes, mbytes,
-               bar);
+      mbytes = ((((kt_begin + t0 + nt) * kTileK - 1) >> p.group_shift) - first_group(run) + 1) * kMetaBytes;
+    mbar_expect_tx(bar, nt * kTileBytes + mbytes);
+    bulk_g2s(st, w_src + size_t(t0) * kTileBytes, nt * kTileBytes, bar);
+    if constexpr (kGroup)
+      bulk_g2s(st + C::kWT * kTileBytes, m_src + size_t(first_group(run)) * kMetaBytes, mbytes, bar);
+  };
+  // Tile j of the split into X slot j % kXSlots (thread 0).
+  auto load_x = [&](int j) {
+    const uint32_t bar = x_full + uint32_t(j % C::kXSlots) * 8;
+    const int kt = phys(j / C::kWT) * C::kWT + j % C::kWT;
+    mbar_expect_tx(bar, C::kXBytes);
+    bulk_g2s(smem_base + uint32_t(j % C::kXSlots) * C::kXBytes, x_src + size_t(kt) * C::kXBytes, C::kXBytes, bar);
   };
 
   uint32_t d[kTok / 2];
 #pragma unroll
   for (int i = 0; i < kTok / 2; ++i) d[i] = 0;
 
-  // W runs kDWS runs ahead, X kDX tiles. While the wgmma of tile i runs, tile i + 1 is dequantized into the other
-  // A registers.
-  for (int r = 0; r < C::kDWS && r * C::kWT < n_kt; ++r) load_w(r);
-  for (int i = 0; i < C::kDX && i < n_kt; ++i) load_x(i);
-  auto x_addr = [&](int i) { return smem_base + uint32_t(i % C::kXSlots) * C::kXBytes; };
+  if (lane == 0)
+    for (int r = 0; r < C::kDWS && r < n_runs; ++r) load_w(r, r);
+  if (tid == 0)
+    for (int j = 0; j < C::kXSlots && j < n_kt; ++j) load_x(j);
 
-  // After the barrier every warpgroup is done with tile j - 1's weights and tile j - 2's X (its wgmma was waited
-  // for before it): at a run's first tile the previous run's slot takes run + kDWS - 1, and X(j - 2)'s slot takes
-  // X(j + kDX - 1). Then wait for tile j.
-  auto arrive = [&](int j) {
-    __syncthreads();
-    if (j > 0) {
-      if (j % C::kWT == 0 && (j / C::kWT + C::kDWS - 1) * C::kWT < n_kt) load_w(j / C::kWT + C::kDWS - 1);
-      if (j + C::kDX - 1 < n_kt) load_x(j + C::kDX - 1);
-    }
-    if (j % C::kWT == 0) mbar_wait(w_bar(j / C::kWT), (j / C::kWT / C::kWSlots) & 1);
-    mbar_wait(x_bar(j), (j / C::kXSlots) & 1);
+  // A run's shared-memory addresses for this lane, computed once per run: its codes in ring slot `slot` and the
+  // group-meta word of each of its tiles (group 32 puts lanes t = 0, 1 and t = 2, 3 in different groups).
+  struct RunAddr {
+    uint32_t codes;
+    uint32_t meta[C::kWT];
   };
-  // A fragments of both k-steps of tile j ([k-step][A register]).
-  auto dequant_tile = [&](int j, uint32_t(&a)[2][4]) {
-    const int run = j / C::kWT;
-    const uint32_t st = smem_base + C::kWOffset + uint32_t(run % C::kWSlots) * C::kWSlotBytes;
-    const uint4 w = lds128(st + warp * (C::kWT * kTileBytes) + (j % C::kWT) * kTileBytes + lane * 16);
-    uint32_t mw = 0;
-    if constexpr (kGroup) {
-      // The lane's group: K 16t of the tile (group 32 puts lanes t = 0, 1 and t = 2, 3 in different groups).
-      const int grp = ((kt_of(j) * kTileK + 16 * t) >> p.group_shift) - first_group(run);
-      mw = lds32(st + C::kWMetaOffset + warp * C::kRunMetaBytes + grp * kMetaBytes + g * 4);
-    }
+  auto run_addr = [&](int run, int slot) {
+    RunAddr r;
+    const uint32_t st = w_ring + uint32_t(slot) * C::kWRunBytes;
+    r.codes = st + lane * 16;
+    const int kt0 = kt_begin + phys(run) * C::kWT, group0 = (kt0 * kTileK) >> p.group_shift;
+#pragma unroll
+    for (int u = 0; u < C::kWT; ++u)
+      r.meta[u] =
+          st + C::kWT * kTileBytes + g * 4 + ((((kt0 + u) * kTileK + 16 * t) >> p.group_shift) - group0) * kMetaBytes;
+    return r;
+  };
+  // A fragments of both k-steps of the run's tile u ([k-step][A register]).
+  auto dequant_tile = [&](const RunAddr& r, int u, uint32_t(&a)[2][4]) {
+    const uint4 w = lds128(r.codes + u * kTileBytes);
+    const uint32_t mw = kGroup ? lds32(r.meta[u]) : 0;
     tile_fragments<kGroup>(w, mw, a);
   };
-  // Issues (does not wait for) the tile's two k-steps: chunks 2s, 2s + 1 of its X tile (32 bytes of permuted K).
-  auto mma_tile = [&](uint32_t st, const uint32_t(&a)[2][4]) {  // st: the tile's X slot
+  // Issues (does not wait for) the tile's two k-steps from X slot u: chunks 2s, 2s + 1 (32 bytes of permuted K).
+  const uint64_t desc0 = w8a8::interleave_desc(smem_base, 128, 512);
+  auto mma_tile = [&](int u, const uint32_t(&a)[2][4]) {
     fence_operands(d);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    wgmma_rs<kTok>(d, a[0], w8a8::interleave_desc(st, 128, 512));
-    wgmma_rs<kTok>(d, a[1], w8a8::interleave_desc(st + 256, 128, 512));
+    wgmma_rs<kTok>(d, a[0], desc0 + uint64_t((u * C::kXBytes) >> 4));
+    wgmma_rs<kTok>(d, a[1], desc0 + uint64_t((u * C::kXBytes + 256) >> 4));
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   };
-  auto mma_wait = [&] {
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    fence_operands(d);
-  };
 
-  // Two A register sets in turn (unrolled by two so that each is a fixed set of registers: a wgmma reads its A
-  // registers until it completes).
+  // Per tile j: wait for its X, issue its wgmma, wait for tile j - 1's (so one stays queued in the tensor pipe while
+  // this warpgroup works), release j - 1's X slot, and dequantize tile j + 1 into the A registers j - 1 used. Two A
+  // register sets in turn (a wgmma reads its A registers until it completes); the loop is unrolled over a run of kWT
+  // tiles, which is also one lap of the X ring, so every slot and register set is fixed in the code.
   uint32_t a0[2][4], a1[2][4];
+  RunAddr ra = run_addr(0, 0);
   if (n_kt > 0) {
-    arrive(0);
-    dequant_tile(0, a0);
+    mbar_wait(w_full, 0);
+    dequant_tile(ra, 0, a0);
   }
-  for (int i = 0; i < n_kt; i += 2) {
-    mma_tile(x_addr(i), a0);
-    if (i + 1 < n_kt) {
-      arrive(i + 1);
-      dequant_tile(i + 1, a1);
+  int wslot = 0;  // the current run's ring slot
+  for (int lap = 0; lap * C::kXSlots < n_kt; ++lap) {
+#pragma unroll
+    for (int u = 0; u < C::kXSlots; ++u) {
+      const int j = lap * C::kXSlots + u, pos = u % C::kWT, run = j / C::kWT;
+      if (j >= n_kt) break;
+      mbar_wait(x_full + u * 8, lap & 1);
+      mma_tile(u, (u & 1) ? a1 : a0);
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      fence_operands(d);
+      // Tile j - 1 has left this warpgroup's tensor pipe: release its slot; thread 0 refills it once both have.
+      // (Measured: the second warpgroup to release a slot refilling it, by a shared-memory atomic instead of the wait,
+      // was 2-11% slower: the atomic's acquire-release compiles to MEMBAR.ALL.CTA.)
+      if (j >= 1) {
+        const int prev = (u + C::kXSlots - 1) % C::kXSlots;  // tile j - 1's slot
+        if ((tid & 127) == 0) mbar_arrive(x_empty + prev * 8);
+        if (tid == 0 && j + C::kXSlots - 1 < n_kt) {
+          mbar_wait(x_empty + prev * 8, ((j - 1) / C::kXSlots) & 1);
+          load_x(j + C::kXSlots - 1);
+        }
+      }
+      if (j + 1 < n_kt) {
+        if (pos == C::kWT - 1) {
+          // Tile j + 1 starts the next run: this run's slot is read (tile j was dequantized one step ago); refill
+          // it, then wait for the next run.
+          __syncwarp();
+          if (lane == 0 && run + C::kDWS < n_runs) {
+            fence_proxy_async();  // the warp's reads of the slot (ordered by __syncwarp) before the copy's writes
+            load_w(run + C::kDWS, wslot);
+          }
+          wslot = wslot + 1 == C::kDWS ? 0 : wslot + 1;
+          ra = run_addr(run + 1, wslot);
+          mbar_wait(w_full + wslot * 8, ((run + 1) / C::kDWS) & 1);
+          dequant_tile(ra, 0, a0);
+        } else {
+          dequant_tile(ra, pos + 1, (u & 1) ? a0 : a1);
+        }
+      }
     }
-    mma_wait();
-    if (i + 1 >= n_kt) break;
-    mma_tile(x_addr(i + 1), a1);
-    if (i + 2 < n_kt) {
-      arrive(i + 2);
-      dequant_tile(i + 2, a0);
-    }
-    mma_wait();
   }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  fence_operands(d);
 
   // Register 4j + i: channel 16 (nb0 + warp) + g + 8 (i >> 1), token tok0 + 8j + 2t + (i & 1) (PTX ISA, wgmma D
   // fragment; as the mma kernel's fragment (b, mt = j, i)).
@@ -343,24 +400,62 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
     if (tid == 0) p.tickets[ticket] = 0;
   }
 
-  // Epilogue: the mma kernel's arithmetic and operand staging (w4a8_kernel.cuh).
-  const TokenOperands<kTok, kGroup> top(p, tok0, smem);
+  // Epilogue: the mma kernel's arithmetic (w4a8_kernel.cuh), so the same output bits. The per-token operands go
+  // through shared memory past the X ring; the per-channel ones sit in registers.
+  const TokenOperands<kTok, kGroup> top(p, tok0, smem + C::kWOffset);
   const int ch0 = (nb0 + warp) * kTileN + g;
   ChannelOperands cop[2];
   cop[0].load(p, ch0, kGroup);
   cop[1].load(p, ch0 + 8, kGroup);
+  auto value = [&](int j, int h, int e) {
+    const int tt = 8 * j + 2 * t + e;  // token in the tile
+    return output_value<kGroup>(int32_t(d[4 * j + 2 * h + e]), top.sx[tt], kGroup ? 0 : top.rsum[tt], cop[h]);
+  };
+  const bool vec = p.y_dtype != 2 && p.ldy % 8 == 0 && (reinterpret_cast<uintptr_t>(p.y) & 15) == 0;
+  if (vec) {
+    // bf16 / fp16: the warp's 16 channels x kTok tokens go through its kTok x 32 bytes of the (idle) X ring as
+    // [token][16 channels], written by stmatrix (transposed), then leave as 16-byte stores of 8 channels.
+    const bool fp16 = p.y_dtype == 1;
+    const uint32_t stage = smem_base + uint32_t(warp) * kTok * 32;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (ch0 + 8 * h >= p.n) continue;
+    for (int j = 0; j < kChunks; j += 2) {
+      uint32_t r[4];  // matrix 2 jj + h: tokens 8 (j + jj) .., channels 8 h ..
 #pragma unroll
-    for (int j = 0; j < kChunks; ++j)
+      for (int jj = 0; jj < 2; ++jj)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int tt = 8 * j + 2 * t + e;  // token in the tile
-        if (tok0 + tt >= p.m) continue;
-        store_output<kGroup>(p, tok0 + tt, ch0 + 8 * h, int32_t(d[4 * j + 2 * h + e]), top.sx[tt],
-                             kGroup ? 0 : top.rsum[tt], cop[h]);
+        for (int h = 0; h < 2; ++h) r[2 * jj + h] = pack_y2(value(j + jj, h, 0), value(j + jj, h, 1), fp16);
+      const int m = lane >> 3, i = lane & 7;
+      stmatrix_x4_trans(stage + uint32_t((8 * (j + (m >> 1)) + i) * 32 + (m & 1) * 16), r[0], r[1], r[2], r[3]);
+    }
+    __syncwarp();
+    const int chb = (nb0 + warp) * kTileN;
+#pragma unroll 4
+    for (int v = lane; v < 2 * kTok; v += 32) {
+      const int tok = tok0 + (v >> 1), ch = chb + 8 * (v & 1);
+      if (tok >= p.m || ch >= p.n) continue;
+      const uint4 y = lds128(stage + uint32_t(v) * 16);
+      uint16_t* dst = static_cast<uint16_t*>(p.y) + size_t(tok) * p.ldy + ch;
+      if (ch + 8 <= p.n) {
+        *reinterpret_cast<uint4*>(dst) = y;
+      } else {
+        for (int c = 0; c < p.n - ch; ++c) {  // N % 8 != 0: the last vector's channels below N
+          const uint32_t w = c < 2 ? y.x : c < 4 ? y.y : c < 6 ? y.z : y.w;
+          dst[c] = uint16_t(w >> (16 * (c & 1)));
+        }
       }
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (ch0 + 8 * h >= p.n) continue;
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int tok = tok0 + 8 * j + 2 * t + e;
+          if (tok < p.m) store_y(p.y, p.y_dtype, size_t(tok) * p.ldy + ch0 + 8 * h, value(j, h, e));
+        }
+    }
   }
 #endif
 }
