@@ -317,8 +317,8 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
 
   // Per tile j: wait for its X, issue its wgmma, wait for tile j - 1's (so one stays queued in the tensor pipe while
   // this warpgroup works), release j - 1's X slot, and dequantize tile j + 1 into the A registers j - 1 used. Two A
-  // register sets in turn (a wgmma reads its A registers until it completes); the loop is unrolled over a run of kWT
-  // tiles, which is also one lap of the X ring, so every slot and register set is fixed in the code.
+  // register sets in turn (a wgmma reads its A registers until it completes); the loop is unrolled over a lap of the
+  // X ring (kXSlots tiles, whole weight runs), so every X slot, barrier and register set is fixed in the code.
   uint32_t a0[2][4], a1[2][4];
   RunAddr ra = run_addr(0, 0);
   if (n_kt > 0) {
