@@ -23,7 +23,7 @@
 //   cp.async into shared memory (L1 82% busy); per-thread 16-byte cp.async for W and X at any ring depth (the
 //   weights streamed at ~1.3-1.7 TB/s); a producer warp (lost occupancy); one block barrier per tile (146 warp
 //   instructions per warp and tile, session 12); a slot refilled by whichever warpgroup releases it second (an
-//   acquire-release shared-memory atomic: MEMBAR.ALL.CTA, 2-11% slower). Now (ncu, wg128, M = 128): ~108 warp
+//   acquire-release shared-memory atomic: MEMBAR.ALL.CTA, 1-12% slower). Now (ncu, wg128, M = 128): ~108 warp
 //   instructions per warp and tile, the tensor pipe ~40% busy; each warpgroup's tile is a ~1000-cycle dependent
 //   chain (X wait, issue, previous-group wait, shared loads, dequantization) for 128 tensor cycles.
 // - int32 until the epilogue, so split-K partials add exactly: the same per-split partials and ticket as the mma
@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
       fence_operands(d);
       // Tile j - 1 has left this warpgroup's tensor pipe: release its slot; thread 0 refills it once both have.
       // (Measured: the second warpgroup to release a slot refilling it, by a shared-memory atomic instead of the wait,
-      // was 2-11% slower: the atomic's acquire-release compiles to MEMBAR.ALL.CTA.)
+      // was 1-12% slower: the atomic's acquire-release compiles to MEMBAR.ALL.CTA.)
       if (j >= 1) {
         const int prev = (u + C::kXSlots - 1) % C::kXSlots;  // tile j - 1's slot
         if ((tid & 127) == 0) mbar_arrive(x_empty + prev * 8);
