@@ -30,7 +30,6 @@
 //   kernel (w4a8_kernel.cuh), the same epilogue arithmetic, hence the same output bits as the kTokens paths.
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <string>
 
 #include "int8gemm/w4a8_kernel.cuh"
@@ -510,24 +509,7 @@ Status bad_tokens(int tokens) {
 }  // namespace
 
 Status wgmma_kernel_supported() {
-  DeviceInfo dev;
-  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
-  if (dev.cc_major != 9 || dev.cc_minor != 0)
-    return Status(StatusCode::kUnsupported, "w4a8: the wgmma paths need an sm_90 device (this one is sm_" +
-                                                std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) + ")");
-  static std::once_flag once;
-  static cudaError_t attr_err = cudaSuccess;
-  static int binary_version = 0;
-  std::call_once(once, [] {
-    cudaFuncAttributes attr{};
-    attr_err = cudaFuncGetAttributes(&attr, w4a8_wgmma_kernel<64, true>);
-    binary_version = attr.binaryVersion;
-  });
-  QDEC_CUDA_RETURN(attr_err);
-  if (binary_version != 90)
-    return Status(StatusCode::kUnsupported, "w4a8: the wgmma paths need sm_90a code, which this build lacks (binary " +
-                                                std::to_string(binary_version) + ")");
-  return Status::Ok();
+  return sm90a_kernel_status<w4a8_wgmma_kernel<64, true>>("w4a8 wgmma paths");
 }
 
 Status wgmma_kernel_occupancy(int tokens, bool group, int* blocks) {

@@ -290,25 +290,7 @@ Status make_map(EncodeTiled enc, CUtensorMap* map, const int8_t* base, int rows,
 }  // namespace
 
 Status wgmma_supported() {
-  DeviceInfo dev;
-  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
-  if (dev.cc_major != 9 || dev.cc_minor != 0)
-    return Status(StatusCode::kUnsupported, "w8a8 wgmma backend needs an sm_90 device (this one is sm_" +
-                                                std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) + ")");
-  // The binary version is a property of the library build: ask once.
-  static std::once_flag once;
-  static cudaError_t attr_err = cudaSuccess;
-  static int binary_version = 0;
-  std::call_once(once, [] {
-    cudaFuncAttributes attr{};
-    attr_err = cudaFuncGetAttributes(&attr, w8a8_wgmma_kernel<0>);
-    binary_version = attr.binaryVersion;
-  });
-  QDEC_CUDA_RETURN(attr_err);
-  if (binary_version != 90)
-    return Status(StatusCode::kUnsupported, "w8a8 wgmma backend: the library was built without sm_90a code (binary " +
-                                                std::to_string(binary_version) + ")");
-  return Status::Ok();
+  return sm90a_kernel_status<w8a8_wgmma_kernel<0>>("w8a8 wgmma backend");
 }
 
 Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* pl) {

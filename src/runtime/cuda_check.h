@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <mutex>
 #include <string>
 
 #include "qdec/status.h"
@@ -55,5 +56,29 @@ class LaunchConfig {
 
 // Properties of the current device (cached per device). kNoDevice if there is none.
 Status current_device_info(DeviceInfo* info);
+
+// kUnsupported, naming `what` and the reason, unless the current device is sm_90 and kKernel (a __global__ function of
+// this library) carries sm_90a code. The binary version is a property of the build: asked once per kernel.
+template <auto kKernel>
+Status sm90a_kernel_status(const std::string& what) {
+  DeviceInfo dev;
+  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+  if (dev.cc_major != 9 || dev.cc_minor != 0)
+    return Status(StatusCode::kUnsupported, what + ": needs an sm_90 device (this one is sm_" +
+                                                std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) + ")");
+  static std::once_flag once;
+  static cudaError_t attr_err = cudaSuccess;
+  static int binary_version = 0;
+  std::call_once(once, [] {
+    cudaFuncAttributes attr{};
+    attr_err = cudaFuncGetAttributes(&attr, kKernel);
+    binary_version = attr.binaryVersion;
+  });
+  QDEC_CUDA_RETURN(attr_err);
+  if (binary_version != 90)
+    return Status(StatusCode::kUnsupported,
+                  what + ": needs sm_90a code, which this build lacks (binary " + std::to_string(binary_version) + ")");
+  return Status::Ok();
+}
 
 }  // namespace qdec
