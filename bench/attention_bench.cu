@@ -572,6 +572,7 @@ double check_against_reference(const Shape& shape, const FormatPair& fp, const A
   p.q = q.get();
   p.o = o.get();
   p.num_splits = opts.num_splits;
+  p.cta_warps = opts.cta_warps;
   const std::string what = fmt::format("check {} {}", shape.label(), fp.name());
   size_t ws_bytes = 0;
   const Status ws_status = decode_attention_workspace_bytes(p, &ws_bytes);
@@ -652,6 +653,7 @@ struct CaseResult {
   std::string status = "ok";  // ok, unsupported
   std::string message;
   int num_splits = 0;
+  int cta_warps = 0;
   size_t workspace_bytes = 0;
   int rotation_sets = 0;
   size_t set_bytes = 0;
@@ -842,6 +844,7 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
   base.seq_lens = lens.as<int32_t>();
   base.seq_lens_host = shape.seq_lens.data();
   base.num_splits = opts.num_splits;
+  base.cta_warps = opts.cta_warps;
   // Validate the real problem before allocating gigabytes, with a small real allocation standing in for
   // every buffer (nothing is launched), so an unsupported (shape, format) is reported cheaply.
   {
@@ -909,6 +912,7 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
     params.push_back(p);
   }
   check_status(decode_attention_num_splits(params[0], &r.num_splits), what);
+  check_status(decode_attention_cta_warps(params[0], &r.cta_warps), what);
   BENCH_CUDA(cudaStreamSynchronize(stream));
 
   r.time = time_launches(opts, stream, flag, what,
@@ -1052,6 +1056,7 @@ json case_json(const Shape& s, const FormatPair& fp, const AttentionBenchOptions
     return j;
   }
   j.update({{"num_splits", r.num_splits},
+            {"cta_warps", r.cta_warps},
             {"workspace_bytes", r.workspace_bytes},
             {"rotation_sets", r.rotation_sets},
             {"set_bytes", r.set_bytes},
@@ -1098,7 +1103,7 @@ std::string table_row(const std::string& shape, const std::string& format, const
                       const std::string& median, const std::string& mb, const std::string& gbps, const std::string& pct,
                       const std::string& speedup, const std::string& vs_contig, const std::string& graph_us,
                       const std::string& graph_pct) {
-  return fmt::format("{:<32} {:<24} {:>6} {:>11} {:>10} {:>9} {:>9} {:>7} {:>9} {:>9} {:>8}\n", shape, format, splits,
+  return fmt::format("{:<32} {:<24} {:>10} {:>11} {:>10} {:>9} {:>9} {:>7} {:>9} {:>9} {:>8}\n", shape, format, splits,
                      median, mb, gbps, pct, speedup, vs_contig, graph_us, graph_pct);
 }
 
@@ -1110,6 +1115,7 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
   if (opts.graph_reps < 0) throw BenchError(fmt::format("--graph-reps: {} must be >= 0", opts.graph_reps));
   if (opts.warmup < 0) throw BenchError(fmt::format("--warmup: {} must be >= 0", opts.warmup));
   if (opts.num_splits < 0) throw BenchError(fmt::format("--splits: {} must be >= 0", opts.num_splits));
+  if (opts.cta_warps < 0) throw BenchError(fmt::format("--cta-warps: {} must be >= 0", opts.cta_warps));
   if (opts.cache != "contiguous" && opts.cache != "paged" && opts.cache != "both")
     throw BenchError(fmt::format("--cache: '{}' is not contiguous, paged or both", opts.cache));
   if (opts.append && opts.cache == "contiguous")
@@ -1150,21 +1156,25 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
   });
   out << fmt::format("launch floor: an empty kernel between the same events takes {:.2f} us (median)\n",
                      launch_floor.median_us);
-  out << fmt::format("{} iterations per case after {} warm-up, page size {}, splits {}, lengths {}, cache {}\n\n",
-                     opts.iters, opts.warmup, opts.page_size,
-                     opts.num_splits == 0 ? "auto" : std::to_string(opts.num_splits),
-                     opts.unequal ? "random in [T/2, T]" : "all T", opts.cache);
+  out << fmt::format(
+      "{} iterations per case after {} warm-up, page size {}, splits {}, warps {}, lengths {}, cache {}\n\n",
+      opts.iters, opts.warmup, opts.page_size, opts.num_splits == 0 ? "auto" : std::to_string(opts.num_splits),
+      opts.cta_warps == 0 ? "auto" : std::to_string(opts.cta_warps), opts.unequal ? "random in [T/2, T]" : "all T",
+      opts.cache);
 
   // The JSON is written at the end, or with what was measured so far when a case fails (a GPU run is too
   // costly to lose whole).
   json cases = json::array();
   auto write_json = [&](const std::string& error) {
     if (opts.json_path.empty()) return;
-    json options = {{"formats", opts.formats},       {"shapes", opts.shapes},   {"batch", opts.batch},
-                    {"iters", opts.iters},           {"warmup", opts.warmup},   {"num_splits", opts.num_splits},
-                    {"page_size", opts.page_size},   {"unequal", opts.unequal}, {"cache", opts.cache},
-                    {"append", opts.append},         {"graph", opts.graph},     {"graph_reps", opts.graph_reps},
-                    {"page_order", opts.page_order}, {"check", opts.check},     {"seed", opts.seed}};
+    json options = {{"formats", opts.formats},       {"shapes", opts.shapes},
+                    {"batch", opts.batch},           {"iters", opts.iters},
+                    {"warmup", opts.warmup},         {"num_splits", opts.num_splits},
+                    {"cta_warps", opts.cta_warps},   {"page_size", opts.page_size},
+                    {"unequal", opts.unequal},       {"cache", opts.cache},
+                    {"append", opts.append},         {"graph", opts.graph},
+                    {"graph_reps", opts.graph_reps}, {"page_order", opts.page_order},
+                    {"check", opts.check},           {"seed", opts.seed}};
     json ceilings = {{"copy_bytes", ceil.copy_bytes},
                      {"copy", stats_json(ceil.copy)},
                      {"copy_gbps", ceil.copy_gbps},
@@ -1218,7 +1228,7 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
       out << "\n";
     }
 
-    out << table_row("shape", "format", "splits", "median µs", "bytes MB", "GB/s", "% ceil", "x BF16", "t/contig",
+    out << table_row("shape", "format", "splits x w", "median µs", "bytes MB", "GB/s", "% ceil", "x BF16", "t/contig",
                      "graph µs", "% graph");
     std::vector<std::string> append_lines, graph_lines;
     const bool run_contiguous = opts.cache != "paged", run_paged = opts.cache != "contiguous";
@@ -1255,9 +1265,9 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
                                 r.graph_append_pct_of_step, r.graph_step_with_append_us, r.graph_marginal_pct,
                                 r.graph_step_serial_us, r.graph_serial_marginal_pct));
             }
-            out << table_row(shape.label(), name, std::to_string(r.num_splits), fmt::format("{:.2f}", r.time.median_us),
-                             fmt::format("{:.2f}", r.bytes() / 1e6), fmt::format("{:.1f}", r.gbps),
-                             fmt::format("{:.1f}", r.pct_read_ceiling),
+            out << table_row(shape.label(), name, fmt::format("{}x{}", r.num_splits, r.cta_warps),
+                             fmt::format("{:.2f}", r.time.median_us), fmt::format("{:.2f}", r.bytes() / 1e6),
+                             fmt::format("{:.1f}", r.gbps), fmt::format("{:.1f}", r.pct_read_ceiling),
                              has_value(r.speedup_vs_bf16) ? fmt::format("{:.2f}", r.speedup_vs_bf16) : "-",
                              has_value(r.time_vs_contiguous) ? fmt::format("{:.3f}", r.time_vs_contiguous) : "-",
                              has_value(r.graph_us) ? fmt::format("{:.2f}", r.graph_us) : "-",

@@ -28,6 +28,7 @@ struct AttentionBenchOptions {
   int iters = 30;      // timed launches per case, each timed on its own
   int warmup = 5;      // untimed launches per case before the timed ones
   int num_splits = 0;  // 0 = the library's choice; >= 1 forces a split-K count
+  int cta_warps = 0;   // 0 = the library's choice; else forces DecodeAttentionParams::cta_warps
   int page_size = 64;  // tokens per tile
   // contiguous: separate K and V buffers (identity block table); paged: one K+V page pool read through a
   // randomly shuffled block table (include/qdec/kv_cache.h); both: each case both ways, with the ratio.
@@ -79,6 +80,8 @@ void add_attention_bench_options(App* app, AttentionBenchOptions* o) {
       ->capture_default_str();
   app->add_option("--warmup", o->warmup, "Untimed warm-up launches per case")->capture_default_str();
   app->add_option("--splits", o->num_splits, "Force the split-K count (0 = automatic)")->capture_default_str();
+  app->add_option("--cta-warps", o->cta_warps, "Force the warps per CTA (0 = automatic; 4, 8 or 16 where compiled)")
+      ->capture_default_str();
   app->add_option("--page-size", o->page_size, "Tokens per tile (power of two, 16..256)")->capture_default_str();
   app->add_option("--cache", o->cache, "KV cache layout: contiguous, paged or both")->capture_default_str();
   app->add_flag("--append", o->append, "Also time the fused append kernel (B new tokens) per case");

@@ -62,6 +62,35 @@ TEST(DecodeErrors, SeqLenZero) {
 TEST(DecodeErrors, SeqLenBeyondTmax) {
   expect_error([](Fixture& f) { f.lens[0] = 129; }, StatusCode::kInvalidArgument, "seq_lens[0] = 129");
 }
+TEST(DecodeErrors, CtaWarps) {
+  expect_error([](Fixture& f) { f.p.cta_warps = -1; }, StatusCode::kInvalidArgument, "cta_warps -1");
+  // The fixture is int4-g4 at head_dim 128, group_size 4: 8 (base), 4 (small pages) and 16 are compiled.
+  expect_error([](Fixture& f) { f.p.cta_warps = 12; }, StatusCode::kUnsupported, "cta_warps 12 is not compiled");
+  expect_error([](Fixture& f) { f.p.cta_warps = 32; }, StatusCode::kUnsupported, "supported: 0 (automatic), 8, 4, 16");
+  // 16 warps: int4 V caches with one head tile only.
+  expect_error(
+      [](Fixture& f) {
+        f.p.num_qo_heads = 32;  // group_size 16
+        f.p.cta_warps = 16;
+      },
+      StatusCode::kUnsupported, "group_size 16; supported: 0 (automatic), 8, 4");
+  expect_error(
+      [](Fixture& f) {
+        const ContiguousKvLayout kl{{KvFormat::bf16(), 128, 64}, 2, 128, 2};
+        set_contiguous_cache(&f.p, kl, f.fake, kl, f.fake);
+        f.p.cta_warps = 16;
+      },
+      StatusCode::kUnsupported,
+      "cta_warps 16 is not compiled for (bf16, bf16) at head_dim 128 and group_size 4; "
+      "supported: 0 (automatic), 8");
+  expect_error(
+      [](Fixture& f) {
+        const ContiguousKvLayout kl{{KvFormat::int4(4), 64, 64}, 2, 128, 2};
+        set_contiguous_cache(&f.p, kl, f.fake, kl, f.fake);
+        f.p.cta_warps = 8;
+      },
+      StatusCode::kUnsupported, "at head_dim 64 and group_size 4; supported: 0 (automatic), 4");
+}
 TEST(DecodeErrors, NullPointers) {
   expect_error([](Fixture& f) { f.p.q = nullptr; }, StatusCode::kInvalidArgument, "q is null");
   expect_error([](Fixture& f) { f.p.o = nullptr; }, StatusCode::kInvalidArgument, "o is null");
@@ -161,30 +190,41 @@ TEST(DecodeErrors, RejectedCallLaunchesNothing) {
 // shapes, which the split sweep of docs/attention.md v21 measured among the fastest, and its bounds.
 TEST(DecodeSplitPlan, BenchmarkShapesOnH200) {
   using attention::choose_splits;
-  // (sequence x KV head) pairs, cap (4: int4 or head_dim 64; 2: 8/16-bit at head_dim 128), max_len.
-  EXPECT_EQ(choose_splits(8, 132, 4, 131072), 64);  // long 128K int4: 64 x 32 stages, not 60 x 35
-  EXPECT_EQ(choose_splits(8, 132, 2, 131072), 33);  // long 128K bf16 / int8
-  EXPECT_EQ(choose_splits(8, 132, 4, 32768), 32);   // long 32K int4
-  EXPECT_EQ(choose_splits(32, 132, 4, 8192), 8);    // seed 000 B = 32 int4
-  EXPECT_EQ(choose_splits(32, 132, 2, 8192), 8);    // B = 32 bf16
-  EXPECT_EQ(choose_splits(128, 132, 4, 8192), 4);   // B = 128 int4
-  EXPECT_EQ(choose_splits(128, 132, 2, 8192), 2);   // B = 128 int8
-  EXPECT_EQ(choose_splits(256, 132, 4, 8192), 2);   // B = 256 int4
-  EXPECT_EQ(choose_splits(256, 132, 2, 8192), 1);   // B = 256 int8
-  EXPECT_EQ(choose_splits(512, 132, 4, 8192), 1);   // B = 512
-  EXPECT_EQ(choose_splits(192, 132, 4, 4096), 2);   // SmolLM2 (64 x 3 KV heads, head_dim 64)
+  // (sequence x KV head) pairs, cap, max_len, stage tokens. 4-warp CTAs (64-token stages), 4 per SM: int4 or
+  // head_dim 64.
+  EXPECT_EQ(choose_splits(8, 132, 4, 131072, 64), 64);  // long 128K int4: 64 x 32 stages, not 60 x 35
+  EXPECT_EQ(choose_splits(8, 132, 4, 32768, 64), 32);   // long 32K int4
+  EXPECT_EQ(choose_splits(32, 132, 4, 8192, 64), 8);    // seed 000 B = 32 int4
+  EXPECT_EQ(choose_splits(128, 132, 4, 8192, 64), 4);   // B = 128 int4
+  EXPECT_EQ(choose_splits(256, 132, 4, 8192, 64), 2);   // B = 256 int4
+  EXPECT_EQ(choose_splits(512, 132, 4, 8192, 64), 1);   // B = 512
+  EXPECT_EQ(choose_splits(192, 132, 4, 4096, 64), 2);   // SmolLM2 (64 x 3 KV heads, head_dim 64)
+  // 8- and 16-bit caches at head_dim 128: one 8-warp CTA (128-token stages) per SM, as 2 CTAs of 4 warps were
+  // (v21's counts, 33 / 32 / 8 / 4 / 2 / 1 splits, halved: B = 128 needs no split and no merge).
+  EXPECT_EQ(choose_splits(8, 132, 1, 131072, 128), 16);  // long 128K bf16 / int8
+  EXPECT_EQ(choose_splits(8, 132, 1, 32768, 128), 16);   // long 32K
+  EXPECT_EQ(choose_splits(32, 132, 1, 8192, 128), 4);    // B = 32
+  EXPECT_EQ(choose_splits(64, 132, 1, 8192, 128), 2);    // B = 64
+  EXPECT_EQ(choose_splits(128, 132, 1, 8192, 128), 1);   // B = 128
+  EXPECT_EQ(choose_splits(256, 132, 1, 8192, 128), 1);   // B = 256
+  // v21's 4-warp plan for them (cap 2), kept for the A/B build (QDEC_DECODE_FOUR_WARPS).
+  EXPECT_EQ(choose_splits(8, 132, 2, 131072, 64), 33);
+  EXPECT_EQ(choose_splits(128, 132, 2, 8192, 64), 2);
 }
 
 TEST(DecodeSplitPlan, Bounds) {
   using attention::choose_splits;
-  EXPECT_EQ(choose_splits(1, 132, 4, 1), 1);
-  EXPECT_EQ(choose_splits(1, 132, 4, 255), 1);  // splits keep >= 4 stages of 64 tokens
-  EXPECT_EQ(choose_splits(65535 * 8, 132, 4, 8192), 1);
+  EXPECT_EQ(choose_splits(1, 132, 4, 1, 64), 1);
+  EXPECT_EQ(choose_splits(1, 132, 4, 255, 64), 1);  // splits keep >= 4 stages of 64 tokens
+  EXPECT_EQ(choose_splits(65535 * 8, 132, 4, 8192, 64), 1);
   for (int len : {256, 1000, 4096, 100000, 1 << 20})
     for (int ctas : {1, 7, 64, 1000}) {
-      const int s = choose_splits(ctas, 132, 4, len);
-      EXPECT_GE(s, 1) << "ctas " << ctas << " len " << len;
-      EXPECT_LE(s, std::max(1, std::min(256, len / 256))) << "ctas " << ctas << " len " << len;
+      for (int stage : {64, 128}) {
+        const int s = choose_splits(ctas, 132, stage == 64 ? 4 : 1, len, stage);
+        EXPECT_GE(s, 1) << "ctas " << ctas << " len " << len << " stage " << stage;
+        EXPECT_LE(s, std::max(1, std::min(256, len / (4 * stage))))
+            << "ctas " << ctas << " len " << len << " stage " << stage;
+      }
     }
 }
 

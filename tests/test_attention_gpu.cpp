@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -36,15 +37,19 @@ struct Case {
   int len_case;  // > 0: every sequence has this length; 0: unequal lengths
   int splits;    // 0 automatic, else forced
   int page_size = 64;
-  bool paged = false;  // pages of one K+V pool, shuffled, read through a block table
+  bool paged = false;    // pages of one K+V pool, shuffled, read through a block table
+  int cta_warps = 0;     // 0 automatic, else forced (DecodeAttentionParams::cta_warps)
+  int batch = 0;         // sequences of length len_case; 0: 2 (unequal lengths: always 5)
+  int expect_warps = 0;  // > 0: the automatic plan must pick this many warps (when the device has the SMs for it)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  std::string s = std::string(c.k_format) + "_" + c.v_format + "_d" + std::to_string(c.head_dim) + "_g" +
-                  std::to_string(c.group_size) + "_" +
-                  (c.len_case > 0 ? "len" + std::to_string(c.len_case) : "unequal") + "_s" + std::to_string(c.splits) +
-                  "_p" + std::to_string(c.page_size) + (c.paged ? "_paged" : "");
+  std::string s =
+      std::string(c.k_format) + "_" + c.v_format + "_d" + std::to_string(c.head_dim) + "_g" +
+      std::to_string(c.group_size) + "_" + (c.len_case > 0 ? "len" + std::to_string(c.len_case) : "unequal") + "_s" +
+      std::to_string(c.splits) + "_p" + std::to_string(c.page_size) + (c.paged ? "_paged" : "") +
+      (c.cta_warps ? "_w" + std::to_string(c.cta_warps) : "") + (c.batch ? "_b" + std::to_string(c.batch) : "");
   for (char& ch : s)
     if (ch == '-') ch = '_';
   return s;
@@ -74,7 +79,7 @@ void run_case(const Case& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> lens;
   if (c.len_case > 0) {
-    lens.assign(2, c.len_case);
+    lens.assign(c.batch > 0 ? c.batch : 2, c.len_case);
   } else {
     std::uniform_int_distribution<int> ld(1, 1500);
     lens = {1, 1500, ld(rng), ld(rng), 17};
@@ -168,14 +173,31 @@ void run_case(const Case& c, uint64_t seed) {
   p.o = d_o.get();
   p.lse = d_lse.as<float>();
   p.num_splits = c.splits;
+  p.cta_warps = c.cta_warps;
   size_t ws = 0;
   QDEC_ASSERT_OK(decode_attention_workspace_bytes(p, &ws));
   DeviceBuffer d_ws(ws);
   if (ws) QDEC_CUDA_CHECK(cudaMemset(d_ws.get(), 0xFF, ws));
   p.workspace = d_ws.get();
   p.workspace_bytes = ws;
-  int used_splits = 0;
+  int used_splits = 0, used_warps = 0;
   QDEC_ASSERT_OK(decode_attention_num_splits(p, &used_splits));
+  QDEC_ASSERT_OK(decode_attention_cta_warps(p, &used_warps));
+  if (c.cta_warps > 0) {
+    EXPECT_EQ(used_warps, c.cta_warps);
+  }
+  if (c.expect_warps > 0) {
+    // The 16-warp plan needs at least 3/4 of the SMs and at most all of them to get one (sequence, KV head).
+    int sms = 0;
+    QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int ctas = batch * num_kv_heads;
+    if (4 * ctas >= 3 * sms && ctas <= sms) {
+      EXPECT_EQ(used_warps, c.expect_warps) << "ctas " << ctas << " on " << sms << " SMs";
+      EXPECT_EQ(used_splits, 1);
+    } else {
+      std::printf("note: %d (sequence, KV head) pairs on %d SMs: the 16-warp plan does not apply here\n", ctas, sms);
+    }
+  }
   QDEC_ASSERT_OK(decode_attention(p, nullptr));
   QDEC_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -191,10 +213,11 @@ void run_case(const Case& c, uint64_t seed) {
   for (size_t i = 0; i < lse.size(); ++i) lse_err = std::max(lse_err, std::abs(double(lse[i]) - lse_ref[i]));
   if (std::isnan(lse_err)) lse_err = INFINITY;
   const double tol = tolerance(kf, vf);
-  EXPECT_LE(err, tol) << "seed " << seed << " splits " << used_splits << " rel L2 " << err;
+  EXPECT_LE(err, tol) << "seed " << seed << " splits " << used_splits << " warps " << used_warps << " rel L2 " << err;
   EXPECT_LE(lse_err, 2e-3) << "seed " << seed << " max |lse - ref| " << lse_err;
   ::testing::Test::RecordProperty("rel_l2", std::to_string(err));
   ::testing::Test::RecordProperty("splits", used_splits);
+  ::testing::Test::RecordProperty("cta_warps", used_warps);
 }
 
 class DecodeGpu : public ::testing::TestWithParam<Case> {};
@@ -260,6 +283,24 @@ std::vector<Case> paged_cases() {
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Paged, DecodeGpu, ::testing::ValuesIn(paged_cases()), case_name);
+
+// The 16-warp kernel of int4 V caches (head_dim 128, group_size <= 8), forced: the contiguous grid of lengths
+// and split modes, paged caches, and the automatic plan that picks it (one unsplit CTA per SM: 60 x 2 pairs
+// on 120..160 SMs, e.g. an H100 or H200).
+std::vector<Case> wide_cases() {
+  std::vector<Case> cases;
+  const Pair wide_pairs[] = {{"int4", "int4"},       {"int4-g2", "int4-g2"}, {"int4-g4", "int4-g4"},
+                             {"int4-g8", "int4-g8"}, {"int8", "int4"},       {"int8-g32", "int4-g4"}};
+  for (const Pair& pr : wide_pairs) {
+    for (int gs : {1, 3, 4, 8})
+      for (int len : {1, 7, 129, 1000, 8192, 0})
+        for (int splits : {0, 1, 3}) cases.push_back({pr.k, pr.v, 128, gs, len, splits, 64, false, 16});
+    for (int page : {16, 64}) cases.push_back({pr.k, pr.v, 128, 8, 0, 0, page, true, 16});
+    cases.push_back({pr.k, pr.v, 128, 4, 2048, 0, 64, false, 0, 60, 16});
+  }
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Wide, DecodeGpu, ::testing::ValuesIn(wide_cases()), case_name);
 
 }  // namespace
 }  // namespace qdec

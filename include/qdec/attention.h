@@ -70,6 +70,10 @@ struct DecodeAttentionParams {
 
   // Split-K over the sequence: 0 = automatic (occupancy and length), >= 1 = forced.
   int num_splits = 0;
+  // Warps per CTA (a tuning override, like num_splits): 0 = automatic; otherwise the compiled value, 8 at
+  // head_dim 128 and 4 at head_dim 64, or 16 for int4 V caches (int4, int4-gN, the int8 / int4 pairs) at head_dim
+  // 128 and group_size <= 8. Automatic picks 16 there when it saves the split-K (docs/attention.md, v22).
+  int cta_warps = 0;
   // Workspace for split partials (device); decode_attention_workspace_bytes() says how much.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -79,6 +83,8 @@ struct DecodeAttentionParams {
 Status decode_attention_workspace_bytes(const DecodeAttentionParams& p, size_t* bytes);
 // The split count the call will use (after validation).
 Status decode_attention_num_splits(const DecodeAttentionParams& p, int* num_splits);
+// The warps per CTA the call will use (after validation).
+Status decode_attention_cta_warps(const DecodeAttentionParams& p, int* cta_warps);
 // Validate, then launch on `stream`. On error nothing is launched.
 Status decode_attention(const DecodeAttentionParams& p, cudaStream_t stream);
 

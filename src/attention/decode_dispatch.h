@@ -9,14 +9,23 @@
 
 namespace qdec::attention {
 
+// One compiled kernel of a format pair: `warps` per CTA, one function per head-tile count (NH = 1 for group_size
+// <= 8, NH = 2 for 9..16; nullptr where not compiled). warps == 0: absent.
+struct DecodeVariant {
+  int warps;
+  const void* func[2];
+  int smem_bytes;  // dynamic shared memory per CTA
+};
+
 struct DecodeKernelInfo {
   KvKind k_kind;
   int k_groups;  // scale groups per row at this head_dim
   KvKind v_kind;
   int v_groups;
   int head_dim;
-  const void* func[2];  // __global__ decode_attention_kernel<..., NH> for NH = 1 (group_size <= 8) and 2
-  int smem_bytes;       // dynamic shared memory per CTA
+  DecodeVariant base;         // decode_warps() warps: 8 at head_dim 128, 4 at 64
+  DecodeVariant small_pages;  // int4 V at head_dim 128: 4 warps for pages of 16 and 32 tokens
+  DecodeVariant wide;         // int4 V at head_dim 128: 16 warps, NH = 1 (decode_launcher.cu says when each runs)
 };
 
 std::span<const DecodeKernelInfo> decode_kernels_16bit();
@@ -26,15 +35,34 @@ std::span<const DecodeKernelInfo> decode_kernels_int4();
 
 }  // namespace qdec::attention
 
-// Entry for decode_attention_kernel<Fmt<KK, KG>, Fmt<VK, VG>, D, NH> (NH = 1 and 2).
-#define QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, NH)                                                 \
-  reinterpret_cast<const void*>(                                                                  \
-      &::qdec::attention::decode_attention_kernel<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>, \
-                                                  ::qdec::attention::Fmt<::qdec::KvKind::VK, VG>, D, NH>)
-#define QDEC_DECODE_ENTRY(KK, KG, VK, VG, D)                                                     \
-  ::qdec::attention::DecodeKernelInfo {                                                          \
-    ::qdec::KvKind::KK, KG, ::qdec::KvKind::VK, VG, D,                                           \
-        {QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 1), QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 2)},    \
-        ::qdec::attention::DecodeSmem<::qdec::attention::Fmt<::qdec::KvKind::KK, KG>,            \
-                                      ::qdec::attention::Fmt<::qdec::KvKind::VK, VG>, D>::kBytes \
+// Entries: QDEC_DECODE_ENTRY(K kind, K groups, V kind, V groups, head_dim) compiles the base variant;
+// QDEC_DECODE_ENTRY_INT4V adds the 4-warp (small pages) and 16-warp (NH = 1) kernels.
+#define QDEC_DECODE_FMT(K, G) ::qdec::attention::Fmt<::qdec::KvKind::K, G>
+#define QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, NH, W) \
+  reinterpret_cast<const void*>(                     \
+      &::qdec::attention::decode_attention_kernel<QDEC_DECODE_FMT(KK, KG), QDEC_DECODE_FMT(VK, VG), D, NH, W>)
+#define QDEC_DECODE_VARIANT(KK, KG, VK, VG, D, W)                                                     \
+  ::qdec::attention::DecodeVariant {                                                                  \
+    W, {QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 1, W), QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 2, W)},    \
+        ::qdec::attention::DecodeSmem<QDEC_DECODE_FMT(KK, KG), QDEC_DECODE_FMT(VK, VG), D, W>::kBytes \
+  }
+#define QDEC_DECODE_VARIANT_NH1(KK, KG, VK, VG, D, W)                                                 \
+  ::qdec::attention::DecodeVariant {                                                                  \
+    W, {QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, 1, W), nullptr},                                        \
+        ::qdec::attention::DecodeSmem<QDEC_DECODE_FMT(KK, KG), QDEC_DECODE_FMT(VK, VG), D, W>::kBytes \
+  }
+#define QDEC_DECODE_BASE(KK, KG, VK, VG, D) \
+  QDEC_DECODE_VARIANT(KK, KG, VK, VG, D,    \
+                      (::qdec::attention::decode_warps<QDEC_DECODE_FMT(KK, KG), QDEC_DECODE_FMT(VK, VG), D>()))
+#define QDEC_DECODE_ENTRY(KK, KG, VK, VG, D)                                                           \
+  ::qdec::attention::DecodeKernelInfo {                                                                \
+    ::qdec::KvKind::KK, KG, ::qdec::KvKind::VK, VG, D, QDEC_DECODE_BASE(KK, KG, VK, VG, D),            \
+        ::qdec::attention::DecodeVariant{0, {nullptr, nullptr}, 0}, ::qdec::attention::DecodeVariant { \
+      0, {nullptr, nullptr}, 0                                                                         \
+    }                                                                                                  \
+  }
+#define QDEC_DECODE_ENTRY_INT4V(KK, KG, VK, VG, D)                                                \
+  ::qdec::attention::DecodeKernelInfo {                                                           \
+    ::qdec::KvKind::KK, KG, ::qdec::KvKind::VK, VG, D, QDEC_DECODE_BASE(KK, KG, VK, VG, D),       \
+        QDEC_DECODE_VARIANT(KK, KG, VK, VG, D, 4), QDEC_DECODE_VARIANT_NH1(KK, KG, VK, VG, D, 16) \
   }

@@ -11,8 +11,9 @@
 //   padding of a group of 8 to 16 rows): S^T = K Q^T with K as the A operand (m = 16 tokens, k = dims), and
 //   O^T = V^T P^T with V as the A operand (m = 16 dims, k = tokens). P^T comes from the S^T accumulators by
 //   one movmatrix.trans per 8x8 tile. NH = 2 head tiles when group_size > 8.
-// - 4 warps; a pipeline stage is 64 tokens (one block16 per warp), kStages deep. Each warp copies its own
-//   block16 of a stage global -> shared with 16-byte cp.async and its own commit groups, and synchronizes with
+// - 4, 8 or 16 warps (decode_warps, decode_dispatch.h); a pipeline stage is one block16 per warp, kStages deep.
+//   Each warp copies its own block16 of a stage global -> shared with 16-byte cp.async and its own commit groups, and
+//   synchronizes with
 //   __syncwarp only (no block barrier in the loop); pages come from a per-warp block-table cursor. The cache stores
 //   values in A-fragment order (docs/formats.md), so every lane reads its fragments with plain shared loads and
 //   dequantizes in registers (lop3 / prmt / cvt); no transpose, no ldmatrix on sub-16-bit data.
@@ -38,9 +39,16 @@
 
 namespace qdec::attention {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kStageTokens = kWarps * kBlockTokens;  // 64
+// Warps per CTA (a warp owns one block16 of every pipeline stage): 8 at head_dim 128, 4 at head_dim 64. int4 V caches
+// at head_dim 128 also have a 4-warp kernel (pages of 16 and 32 tokens) and a 16-warp one (group_size <= 8) for one
+// unsplit CTA per SM (decode_dispatch.h, decode_launcher.cu). Measured on the H200
+// (docs/attention.md, v22): one 8-warp CTA per (sequence, KV head) streams an 8- or 16-bit cache as fast as two of 4
+// warps with half the splits (B = 128 needs none, and no merge kernel: -2.4..-4.4%), and two 8-warp CTAs per SM run
+// the instruction-bound int4 loop faster than four of 4 warps (B = 256 int4 -4.6%, B = 512 -5.1%).
+template <class KF, class VF, int D>
+constexpr int decode_warps() {
+  return D == 128 ? 8 : 4;
+}
 
 struct DecodeKernelParams {
   const uint8_t* k_cache;
@@ -205,12 +213,15 @@ __device__ __forceinline__ void load_meta2(const uint8_t* meta, int g, float (&s
   }
 }
 
-template <class KF, class VF, int D>
+template <class KF, class VF, int D, int W>
 struct DecodeSmem {
   using KG = BlockGeom<KF, D>;
   using VG = BlockGeom<VF, D>;
+  static constexpr int kWarps = W;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kStageTokens = kWarps * kBlockTokens;  // one block16 per warp
   static constexpr int kStageBytes = kWarps * (KG::kDataBytes + VG::kDataBytes + KG::kMetaBytes + VG::kMetaBytes);
-  static constexpr int kStages = kStageBytes <= 10 * 1024 ? 5 : 3;
+  static constexpr int kStages = kStageBytes <= kWarps * 2560 ? 5 : 3;  // 5 for int4, 3 for 8- and 16-bit
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kCombineBytes = kWarps * 16 * D * 4 + 3 * kWarps * 16 * 4 + 16 * 4;
   static constexpr int kQBytes = 16 * D * 4;                   // Q as float, set-up only
@@ -269,10 +280,10 @@ struct PageCursor {
 // (stage layout [group][64 tokens]). Each lane issues 16-byte cp.async from a page base plus offsets; with the
 // page lookup this is ~55-70 SASS instructions per block16 (a leaner per-lane plan measured no faster:
 // docs/attention.md, v20b).
-template <class KF, class VF, int D>
+template <class KF, class VF, int D, int W>
 __device__ __forceinline__ void load_block16(const DecodeKernelParams& p, uint8_t* stage, const uint8_t* k_tile,
                                              const uint8_t* v_tile, int in_tile, int warp, int lane) {
-  using S = DecodeSmem<KF, VF, D>;
+  using S = DecodeSmem<KF, VF, D, W>;
   using KG = BlockGeom<KF, D>;
   using VG = BlockGeom<VF, D>;
   static_assert(KG::kDataBytes % 512 == 0 && VG::kDataBytes % 512 == 0, "a block16 must split over 32 lanes");
@@ -305,17 +316,20 @@ __device__ __forceinline__ void load_block16(const DecodeKernelParams& p, uint8_
       const int cc = cv - gg * entry;
       const uint8_t* tile = is_k ? k_tile + ((size_t)KG::kDataBytes / kBlockTokens << psl)
                                  : v_tile + ((size_t)VG::kDataBytes / kBlockTokens << psl);
-      const int dst = (is_k ? S::kOffKMeta : S::kOffVMeta) + (gg * kStageTokens + warp * kBlockTokens) * entry;
+      const int dst = (is_k ? S::kOffKMeta : S::kOffVMeta) + (gg * S::kStageTokens + warp * kBlockTokens) * entry;
       cp_async16(stage + dst + cc * 16, tile + ((gg << psl) + in_tile) * entry + cc * 16);
     }
   }
 }
 
-// NH: n-tiles of 8 query heads (1 for group_size <= 8, 2 for 9..16).
-template <class KF, class VF, int D, int NH>
-__global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
+// NH: n-tiles of 8 query heads (1 for group_size <= 8, 2 for 9..16). W: warps (4, 8 or 16). Registers: <= 128 per
+// thread with one head tile of a quantized cache (16 warps per SM), <= 255 with two or with a 16-bit cache (8 warps
+// per SM). NH = 2 is not instantiated at 16 warps (128 registers at most: it would spill).
+template <class KF, class VF, int D, int NH, int W>
+__global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
     decode_attention_kernel(const __grid_constant__ DecodeKernelParams p) {
-  using S = DecodeSmem<KF, VF, D>;
+  using S = DecodeSmem<KF, VF, D, W>;
+  constexpr int kWarps = S::kWarps, kThreads = S::kThreads, kStageTokens = S::kStageTokens;
   using KG = BlockGeom<KF, D>;
   using VG = BlockGeom<VF, D>;
   constexpr bool kBF16 = KF::kBF16;  // MMA type: bf16 only for a bf16 cache, else fp16
@@ -334,7 +348,8 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   extern __shared__ __align__(16) uint8_t smem[];
   float* q_s = reinterpret_cast<float*>(smem + S::kQOffset);       // [16][D], set-up only
   float* qsum_s = reinterpret_cast<float*>(smem + S::kAuxOffset);  // [KG][16]
-  float* red_s = qsum_s + KF::kGroups * 16;                        // scratch
+  float* red_s = qsum_s + KF::kGroups * 16;                        // scratch (16 floats)
+  static_assert(kWarps <= 16, "red_s holds one value per warp");
 
   const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -371,13 +386,16 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   // Q first: its loads must not queue behind the pipeline's (all CTAs start together, and one sequential
   // load per row behind megabytes of cache copies cost ~15 us per CTA). 16-byte vectors, all in flight.
   constexpr int kQVecPerRow = D / 8;
-  constexpr int kQVecs = 16 * kQVecPerRow / kThreads;  // per thread: 2 (D=128) or 1 (D=64)
+  constexpr int kQVecsAll = 16 * kQVecPerRow;
+  constexpr int kQVecs = (kQVecsAll + kThreads - 1) / kThreads;  // per thread: 2 (D = 128, 4 warps) or 1
+  // Vector idx exists (all do unless 16 warps at D = 128: the upper half of the CTA holds none).
+  auto q_vec_ok = [&](int idx) { return kQVecs * kThreads == kQVecsAll || idx < kQVecsAll; };
   uint4 qv[kQVecs];
 #pragma unroll
   for (int i = 0; i < kQVecs; ++i) {
     const int idx = tid + i * kThreads, r = idx / kQVecPerRow, c = idx % kQVecPerRow;
     qv[i] = make_uint4(0u, 0u, 0u, 0u);
-    if (r < gs)
+    if (q_vec_ok(idx) && r < gs)
       qv[i] = __ldg(reinterpret_cast<const uint4*>(p.q) + ((size_t)b * p.num_qo_heads + qh0 + r) * kQVecPerRow + c);
   }
 
@@ -394,8 +412,8 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     const int t = start + iter * kStageTokens + warp * kBlockTokens;
     if (t < end) {  // a block16 wholly past the end is not read (a partial one lies inside its page)
       const long long pg = pages.page(t >> p.page_size_log2, lane);
-      load_block16<KF, VF, D>(p, stage, k_head + pg * p.k_page_stride, v_head + pg * p.v_page_stride, t & page_mask,
-                              warp, lane);
+      load_block16<KF, VF, D, W>(p, stage, k_head + pg * p.k_page_stride, v_head + pg * p.v_page_stride, t & page_mask,
+                                 warp, lane);
     }
   };
 #pragma unroll
@@ -425,9 +443,11 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
       qf[i][2 * k] = f.x;
       qf[i][2 * k + 1] = f.y;
     }
+    if (q_vec_ok(idx)) {
 #pragma unroll
-    for (int k = 0; k < 8; k += 4)
-      *reinterpret_cast<float4*>(q_s + idx * 8 + k) = make_float4(qf[i][k], qf[i][k + 1], qf[i][k + 2], qf[i][k + 3]);
+      for (int k = 0; k < 8; k += 4)
+        *reinterpret_cast<float4*>(q_s + idx * 8 + k) = make_float4(qf[i][k], qf[i][k + 1], qf[i][k + 2], qf[i][k + 3]);
+    }
   }
   float q_factor = 1.f;
   if constexpr (kQuantK) {
@@ -440,7 +460,14 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     if (lane == 0) red_s[warp] = amax;
     __syncthreads();
-    amax = fmaxf(fmaxf(red_s[0], red_s[1]), fmaxf(red_s[2], red_s[3]));
+    float wmax[kWarps];  // pairwise tree over the warps
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) wmax[w] = red_s[w];
+#pragma unroll
+    for (int st = 1; st < kWarps; st *= 2)
+#pragma unroll
+      for (int w = 0; w + st < kWarps; w += 2 * st) wmax[w] = fmaxf(wmax[w], wmax[w + st]);
+    amax = wmax[0];
     if (amax > 0.f && amax <= 3.0e38f) {
       int ex;
       frexpf(amax, &ex);  // amax < 2^ex
@@ -460,7 +487,7 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
       for (int k = 0; k < 8; ++k) acc += __half2float(__float2half_rn(qf[i][k] * q_factor));
 #pragma unroll
       for (int o = 1; o < kLanesPerGroup; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-      if (c % kLanesPerGroup == 0) qsum_s[(c / kLanesPerGroup) * 16 + r] = acc;
+      if (q_vec_ok(idx) && c % kLanesPerGroup == 0) qsum_s[(c / kLanesPerGroup) * 16 + r] = acc;
     }
   }
   __syncthreads();
@@ -730,7 +757,7 @@ __global__ void __launch_bounds__(kThreads, NH == 1 && KF::kQuant ? 4 : 2)
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   __syncthreads();
 
-  // ---- Merge the 4 warps: per head m, l, and O (with the int4 shift sums) through shared memory.
+  // ---- Merge the warps: per head m, l, and O (with the int4 shift sums) through shared memory.
 #pragma unroll
   for (int nh = 0; nh < NH; ++nh)
 #pragma unroll

@@ -20,17 +20,16 @@ namespace qdec {
 namespace attention {
 
 // Split count from an estimate of the busiest SM's work (fitted to a split sweep on the H200, docs/attention.md
-// v21). A split covers whole 64-token stages, so `s` splits of a max_len sequence give n <= s non-empty splits of
-// `st` stages each; the CTAs (one per sequence, KV head and non-empty split) spread evenly over the SMs, so the
-// busiest SM runs k = ceil(CTAs / SMs) of them, `cap` at a time. A CTA costs its stages plus ~2 (set-up, epilogue,
-// partial write and merge), and an SM running fewer than `cap` CTAs streams slower (fewer warps to hide
-// latency; measured: 2 of 4 slots ~6% slower per stage for int4, 1 slot ~30%). Ties go to fewer splits. This
-// replaced "the fewest splits filling 90% of the slots", which ignored the stage rounding (long 128K int4: 60
+// v21). A split covers whole stages (16 tokens per warp of the CTA: 64 or 128), so `s` splits of a max_len sequence
+// give n <= s non-empty splits of `st` stages each; the CTAs (one per sequence, KV head and non-empty split) spread
+// evenly over the SMs, so the busiest SM runs k = ceil(CTAs / SMs) of them, `cap` at a time. A CTA costs its stages
+// plus ~2 (set-up, epilogue, partial write and merge), and an SM running fewer than `cap` CTAs streams slower (fewer
+// warps to hide latency; measured: 2 of 4 slots ~6% slower per stage for int4, 1 slot ~30%). Ties go to fewer splits.
+// This replaced "the fewest splits filling 90% of the slots", which ignored the stage rounding (long 128K int4: 60
 // splits of 35 stages on 4 CTAs/SM, 48.1 us; 64 splits of 32 stages, 45.0 us).
-int choose_splits(int ctas, int sms, int cap, int max_len) {
-  const int stage = kStageTokens;
+int choose_splits(int ctas, int sms, int cap, int max_len, int stage) {
   const int max_splits = std::max(1, std::min(256, max_len / (4 * stage)));
-  const auto rate = [cap](int r) { return r == 1 ? 0.7 : 1.0 - 0.03 * (cap - r); };
+  const auto rate = [cap](int r) { return r >= cap ? 1.0 : r == 1 ? 0.7 : 1.0 - 0.03 * (cap - r); };
   constexpr double kCtaStages = 2.0;
   int best = 1;
   double best_cost = 0.0;
@@ -83,14 +82,17 @@ const DecodeKernelInfo* find_kernel(KvKind kk, int kg, KvKind vk, int vg, int he
 
 struct Plan {
   const DecodeKernelInfo* kernel = nullptr;
-  const void* func = nullptr;  // the NH variant for this group size
+  const void* func = nullptr;  // the NH variant for this group size, or the 16-warp kernel
+  int warps = 0;               // warps per CTA of func
+  int smem_bytes = 0;          // dynamic shared memory of func
   int num_splits = 1;
   int max_len = 0;
   size_t workspace_bytes = 0;
 };
 
-// Resident CTAs per SM for a kernel (after raising its shared-memory limit), cached.
-Status kernel_occupancy(const DecodeKernelInfo& k, const void* func, int* blocks_per_sm) {
+// Resident CTAs per SM for the plan's kernel (after raising its shared-memory limit), cached.
+Status kernel_occupancy(const Plan& plan, int* blocks_per_sm) {
+  const void* func = plan.func;
   static std::mutex mu;
   static std::map<std::pair<int, const void*>, int> cache;
   int dev = 0;
@@ -101,28 +103,31 @@ Status kernel_occupancy(const DecodeKernelInfo& k, const void* func, int* blocks
     *blocks_per_sm = it->second;
     return Status::Ok();
   }
-  QDEC_CUDA_RETURN(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem_bytes));
+  QDEC_CUDA_RETURN(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes));
   int n = 0;
-  QDEC_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, func, attention::kThreads, k.smem_bytes));
+  QDEC_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, func, plan.warps * 32, plan.smem_bytes));
   if (n < 1) {
-    return Status(StatusCode::kUnsupported, "decode kernel for head_dim " + std::to_string(k.head_dim) +
-                                                " cannot be resident on this device (shared memory " +
-                                                std::to_string(k.smem_bytes) + " bytes)");
+    return Status(StatusCode::kUnsupported, "decode kernel for head_dim " + std::to_string(plan.kernel->head_dim) +
+                                                " with " + std::to_string(plan.warps) +
+                                                " warps cannot be resident on this device (shared memory " +
+                                                std::to_string(plan.smem_bytes) + " bytes)");
   }
   cache[{dev, func}] = n;
   *blocks_per_sm = n;
   return Status::Ok();
 }
 
-// Resident CTAs per SM that the split count plans for, at most (the occupancy may be lower). Measured on the
-// H200 (docs/attention.md, v20): the 8- and 16-bit loops stream at the HBM rate with 2 CTAs (8 warps) per SM, so
-// filling more slots only adds splits (int8 B=256: 1 split 127.4 us vs 2 splits 135.4; B=32: 8 vs 15 splits
+// Resident CTAs per SM that the split count plans for, at most (the occupancy may be lower): 8 warps per SM for 8-
+// and 16-bit caches at head_dim 128 (one CTA of 8 warps since v22), 16 otherwise. Measured on the
+// H200 (docs/attention.md, v20, with 4-warp CTAs): the 8- and 16-bit loops stream at the HBM rate with 2 CTAs (8 warps)
+// per SM, so filling more slots only adds splits (int8 B=256: 1 split 127.4 us vs 2 splits 135.4; B=32: 8 vs 15 splits
 // 25.8 vs 27.4 us; long 128K: 30 vs 60 splits 70.6 vs 74.0 us); an int4 cache is instruction-bound and needs the
 // warps of 4 CTAs (B=128: 4 splits 46.9 us, 2 splits 50.5), and so do head_dim 64 caches, whose block16s carry
 // half the bytes for the same per-block16 work (SmolLM2 shape, int8: 5 splits 39.3 us, 4 splits 44.2); a fifth
 // CTA (head_dim 64 fits one) doubled that shape's splits for a loss (int4: 5 splits 34.1 us, 10 splits 40.1).
-int split_ctas_per_sm(const attention::DecodeKernelInfo& k) {
-  return k.k_kind == KvKind::kINT4 || k.v_kind == KvKind::kINT4 || k.head_dim < 128 ? 4 : 2;
+int split_ctas_per_sm(const attention::DecodeKernelInfo& k, int warps) {
+  const int warps_per_sm = k.k_kind == KvKind::kINT4 || k.v_kind == KvKind::kINT4 || k.head_dim < 128 ? 16 : 8;
+  return std::max(1, warps_per_sm / warps);
 }
 
 Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
@@ -161,9 +166,38 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     return Status(StatusCode::kUnsupported, "K/V format pair (" + p.k_format.name() + ", " + p.v_format.name() +
                                                 ") at head_dim " + std::to_string(p.head_dim) +
                                                 " is not compiled; supported: " + kSupportedPairs);
-  plan->func = plan->kernel->func[group_size <= 8 ? 0 : 1];
   if (p.page_size < 16 || p.page_size > 256 || (p.page_size & (p.page_size - 1)) != 0)
     return invalid("page_size " + std::to_string(p.page_size) + " must be a power of two in 16..256");
+  // The kernel: the base variant (decode_warps), or for int4 V caches at head_dim 128 the 4-warp one for pages of
+  // 16 and 32 tokens, contiguous or paged (v21's kernel there: in 16-token pages the 8-warp one ran paged caches
+  // 2-6% slower at B = 32, 512 and long 32K, and 16 of 95 paged cases more than 5% over their contiguous cache;
+  // docs/attention.md v22), or, below, the 16-warp one; cta_warps asks for any compiled one.
+  const int nh = group_size <= 8 ? 0 : 1;
+  const auto use = [&](const attention::DecodeVariant& v) {
+    plan->func = v.func[nh];
+    plan->warps = v.warps;
+    plan->smem_bytes = v.smem_bytes;
+  };
+  const attention::DecodeVariant* variants[] = {&plan->kernel->base, &plan->kernel->small_pages, &plan->kernel->wide};
+  if (p.cta_warps < 0) return invalid("cta_warps " + std::to_string(p.cta_warps) + " must be >= 0 (0 = automatic)");
+  if (p.cta_warps > 0) {
+    std::string supported;
+    for (const attention::DecodeVariant* v : variants) {
+      if (v->warps == 0 || v->func[nh] == nullptr) continue;
+      if (v->warps == p.cta_warps) use(*v);
+      supported += ", " + std::to_string(v->warps);
+    }
+    if (plan->warps != p.cta_warps)
+      return Status(StatusCode::kUnsupported,
+                    "cta_warps " + std::to_string(p.cta_warps) + " is not compiled for (" + p.k_format.name() + ", " +
+                        p.v_format.name() + ") at head_dim " + std::to_string(p.head_dim) + " and group_size " +
+                        std::to_string(group_size) + "; supported: 0 (automatic)" + supported);
+  } else if (p.page_size < 64 && plan->kernel->small_pages.warps != 0) {
+    use(plan->kernel->small_pages);
+  } else {
+    use(plan->kernel->base);
+  }
+  const bool wide_ok = p.cta_warps == 0 && p.page_size >= 64 && plan->kernel->wide.func[nh] != nullptr;
   if (p.max_pages_per_seq < 1)
     return invalid("max_pages_per_seq " + std::to_string(p.max_pages_per_seq) + " must be >= 1");
   const KvTileLayout kt{p.k_format, p.head_dim, p.page_size}, vt{p.v_format, p.head_dim, p.page_size};
@@ -229,9 +263,23 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     DeviceInfo dev;
     QDEC_RETURN_IF_ERROR(current_device_info(&dev));
     int occ = 0;
-    QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan->kernel, plan->func, &occ));
-    const int cap = std::min(occ, split_ctas_per_sm(*plan->kernel));
-    plan->num_splits = attention::choose_splits(p.batch * p.num_kv_heads, dev.sm_count, cap, max_len);
+    QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan, &occ));
+    const int ctas = p.batch * p.num_kv_heads;
+    const int cap = std::min(occ, split_ctas_per_sm(*plan->kernel, plan->warps));
+    plan->num_splits = attention::choose_splits(ctas, dev.sm_count, cap, max_len, plan->warps * kBlockTokens);
+    // One unsplit 16-warp CTA per SM instead of split 8-warp CTAs and the merge kernel, when at least 3/4 of the
+    // SMs get one (int4 V caches, group_size <= 8). Measured on the H200 (docs/attention.md, v22), T = 8192, int4:
+    // B = 128 45.3 -> 41.7 us (2 splits of 8 warps -> 1 of 16), B = 112 42.8 -> 39.1, B = 100 43.9 -> 39.3; an
+    // unsplit 16-warp CTA costs about the same at any B (one sequence per SM), while 8-warp CTAs take less at
+    // B = 80 (3 splits, 33.1 us); with splits the 16-warp CTAs lost (B = 32: 4 splits 21.2 us against 8 splits of
+    // 8 warps 19.5), and so did several rounds of them (B = 512 +3..8%).
+    // Pages of 64 tokens or more only (in 16-token pages it read a paged cache 6.5% slower than the 8-warp kernel
+    // did, B = 128 int4 50.5 against 47.4 us, and 16-20% slower than its contiguous cache).
+    if (wide_ok && plan->num_splits >= 2 && 4 * ctas >= 3 * dev.sm_count && ctas <= dev.sm_count &&
+        plan->kernel->wide.smem_bytes <= dev.max_smem_per_block_optin) {
+      use(plan->kernel->wide);
+      plan->num_splits = 1;
+    }
   }
   plan->workspace_bytes =
       plan->num_splits > 1
@@ -256,6 +304,13 @@ Status decode_attention_num_splits(const DecodeAttentionParams& p, int* num_spli
   return Status::Ok();
 }
 
+Status decode_attention_cta_warps(const DecodeAttentionParams& p, int* cta_warps) {
+  Plan plan;
+  QDEC_RETURN_IF_ERROR(validate_and_plan(p, &plan));
+  *cta_warps = plan.warps;
+  return Status::Ok();
+}
+
 Status decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   Plan plan;
   QDEC_RETURN_IF_ERROR(validate_and_plan(p, &plan));
@@ -272,7 +327,7 @@ Status decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
     part_lse = part_o + ((o_elems + 63) / 64) * 64;
   }
   int occ = 0;  // also raises the kernel's shared-memory limit (once per device)
-  QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan.kernel, plan.func, &occ));
+  QDEC_RETURN_IF_ERROR(kernel_occupancy(plan, &occ));
 
   attention::DecodeKernelParams kp{};
   kp.k_cache = static_cast<const uint8_t*>(p.k_cache);
@@ -300,8 +355,8 @@ Status decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   kp.pdl_tail_tokens = p.programmatic_tail_tokens;
 
   void* args[] = {&kp};
-  const LaunchConfig cfg(dim3(plan.num_splits, p.num_kv_heads, p.batch), dim3(attention::kThreads),
-                         static_cast<size_t>(plan.kernel->smem_bytes), stream, p.programmatic_tail_tokens > 0);
+  const LaunchConfig cfg(dim3(plan.num_splits, p.num_kv_heads, p.batch), dim3(plan.warps * 32),
+                         static_cast<size_t>(plan.smem_bytes), stream, p.programmatic_tail_tokens > 0);
   QDEC_CUDA_RETURN(cudaLaunchKernelExC(cfg.get(), plan.func, args));
   if (plan.num_splits > 1) {
     QDEC_RETURN_IF_ERROR(attention::launch_decode_merge(part_o, part_lse, p.o, p.lse, p.batch * p.num_qo_heads,

@@ -4,7 +4,8 @@
 namespace qdec::attention {
 
 // Split count for `ctas` (sequence, KV head) pairs of up to max_len tokens on `sms` SMs, planning for at most `cap`
-// resident CTAs per SM: the cheapest by an estimate of the busiest SM's work (docs/attention.md, v21).
-int choose_splits(int ctas, int sms, int cap, int max_len);
+// resident CTAs per SM, each walking its split in stages of `stage` tokens (16 per warp): the cheapest by an
+// estimate of the busiest SM's work (docs/attention.md, v21).
+int choose_splits(int ctas, int sms, int cap, int max_len, int stage);
 
 }  // namespace qdec::attention
