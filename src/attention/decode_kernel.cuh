@@ -12,11 +12,11 @@
 //   O^T = V^T P^T with V as the A operand (m = 16 dims, k = tokens). P^T comes from the S^T accumulators by
 //   one movmatrix.trans per 8x8 tile. NH = 2 head tiles when group_size > 8.
 // - 4, 8 or 16 warps (decode_warps, decode_dispatch.h); a pipeline stage is one block16 per warp, kStages deep.
-//   Each warp copies its own block16 of a stage global -> shared with 16-byte cp.async and its own commit groups, and
-//   synchronizes with
-//   __syncwarp only (no block barrier in the loop); pages come from a per-warp block-table cursor. The cache stores
-//   values in A-fragment order (docs/formats.md), so every lane reads its fragments with plain shared loads and
-//   dequantizes in registers (lop3 / prmt / cvt); no transpose, no ldmatrix on sub-16-bit data.
+//   Each warp copies its own block16 of a stage global -> shared with 16-byte cp.async and its own commit groups,
+//   and synchronizes with __syncwarp only (no block barrier in the loop); pages come from a per-warp block-table
+//   cursor. The cache stores values in A-fragment order (docs/formats.md), so every lane reads its fragments with
+//   plain shared loads and dequantizes in registers (lop3 / prmt / cvt); no transpose, no ldmatrix on sub-16-bit
+//   data.
 // - Quantized formats compute in fp16 on exact codes (int4: the subnormal q * 2^-24 by one AND, 16q on the odd
 //   rows to save shifts; int8: 1152+q via the 0x64 magic; fp8: exact fp16). Scales stay outside the MMA: K has one
 //   accumulator per scale group (16k dims = whole k-steps), scaled per token afterwards, with the magic and the int4
@@ -240,8 +240,9 @@ struct DecodeSmem {
 };
 
 // Per-warp block-table cursor: the lanes of a warp hold 32 consecutive entries of the sequence's row (and the
-// next 32, loaded one refill ahead), so a block16's page is one shuffle; a warp's block16s advance by at most
-// 4 pages per iteration (16-token pages), so one refill per 8..32 iterations. Contiguous caches: page = row + lp.
+// next 32, loaded one refill ahead), so a block16's page is one shuffle; a warp's block16s advance by one page per
+// warp of the CTA per iteration at most (16-token pages: 4-16), so one refill per 2..32 iterations. Contiguous
+// caches: page = row + lp.
 struct PageCursor {
   const int32_t* row = nullptr;  // this sequence's block-table row, or nullptr (contiguous)
   long long row_off = 0;
@@ -266,7 +267,7 @@ struct PageCursor {
   // Page of logical page lp (non-decreasing across calls, warp-uniform).
   __device__ __forceinline__ long long page(int lp, int lane) {
     if (!row) return row_off + lp;
-    if (lp >= base + 32) {  // warp-uniform; lp < base + 64 (steps of <= 4 pages)
+    if (lp >= base + 32) {  // warp-uniform; lp < base + 64 (steps of <= 16 pages)
       cur = nxt;
       base += 32;
       nxt = load(base + 32, lane);
@@ -277,7 +278,7 @@ struct PageCursor {
 
 // One block16 (16 tokens at `in_tile` of the page) of K and V copied by one warp into its slot of a pipeline
 // stage: values (fragment order, kDataBytes each) and the 16 tokens' meta entries of every scale group
-// (stage layout [group][64 tokens]). Each lane issues 16-byte cp.async from a page base plus offsets; with the
+// (stage layout [group][stage tokens]). Each lane issues 16-byte cp.async from a page base plus offsets; with the
 // page lookup this is ~55-70 SASS instructions per block16 (a leaner per-lane plan measured no faster:
 // docs/attention.md, v20b).
 template <class KF, class VF, int D, int W>

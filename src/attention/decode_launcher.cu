@@ -20,13 +20,13 @@ namespace qdec {
 namespace attention {
 
 // Split count from an estimate of the busiest SM's work (fitted to a split sweep on the H200, docs/attention.md
-// v21). A split covers whole stages (16 tokens per warp of the CTA: 64 or 128), so `s` splits of a max_len sequence
-// give n <= s non-empty splits of `st` stages each; the CTAs (one per sequence, KV head and non-empty split) spread
-// evenly over the SMs, so the busiest SM runs k = ceil(CTAs / SMs) of them, `cap` at a time. A CTA costs its stages
-// plus ~2 (set-up, epilogue, partial write and merge), and an SM running fewer than `cap` CTAs streams slower (fewer
-// warps to hide latency; measured: 2 of 4 slots ~6% slower per stage for int4, 1 slot ~30%). Ties go to fewer splits.
-// This replaced "the fewest splits filling 90% of the slots", which ignored the stage rounding (long 128K int4: 60
-// splits of 35 stages on 4 CTAs/SM, 48.1 us; 64 splits of 32 stages, 45.0 us).
+// v21). A split covers whole stages (16 tokens per warp of the CTA: 64, 128 or 256), so `s` splits of a max_len
+// sequence give n <= s non-empty splits of `st` stages each; the CTAs (one per sequence, KV head and non-empty split)
+// spread evenly over the SMs, so the busiest SM runs k = ceil(CTAs / SMs) of them, `cap` at a time. A CTA costs its
+// stages plus ~2 (set-up, epilogue, partial write and merge), and an SM running fewer than `cap` CTAs streams slower
+// (fewer warps to hide latency; measured: 2 of 4 slots ~6% slower per stage for int4, 1 slot ~30%). Ties go to fewer
+// splits. This replaced "the fewest splits filling 90% of the slots", which ignored the stage rounding (long 128K int4:
+// 60 splits of 35 stages on 4 CTAs/SM, 48.1 us; 64 splits of 32 stages, 45.0 us).
 int choose_splits(int ctas, int sms, int cap, int max_len, int stage) {
   const int max_splits = std::max(1, std::min(256, max_len / (4 * stage)));
   const auto rate = [cap](int r) { return r >= cap ? 1.0 : r == 1 ? 0.7 : 1.0 - 0.03 * (cap - r); };
@@ -274,7 +274,7 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     // B = 80 (3 splits, 33.1 us); with splits the 16-warp CTAs lost (B = 32: 4 splits 21.2 us against 8 splits of
     // 8 warps 19.5), and so did several rounds of them (B = 512 +3..8%).
     // Pages of 64 tokens or more only (in 16-token pages it read a paged cache 6.5% slower than the 8-warp kernel
-    // did, B = 128 int4 50.5 against 47.4 us, and 16-20% slower than its contiguous cache).
+    // did, B = 128 int4 50.5 against 47.4 us, and 14-23% slower than its contiguous cache).
     if (wide_ok && plan->num_splits >= 2 && 4 * ctas >= 3 * dev.sm_count && ctas <= dev.sm_count &&
         plan->kernel->wide.smem_bytes <= dev.max_smem_per_block_optin) {
       use(plan->kernel->wide);
