@@ -40,7 +40,7 @@ struct Case {
   bool paged = false;    // pages of one K+V pool, shuffled, read through a block table
   int cta_warps = 0;     // 0 automatic, else forced (DecodeAttentionParams::cta_warps)
   int batch = 0;         // sequences of length len_case; 0: 2 (unequal lengths: always 5)
-  int expect_warps = 0;  // > 0: the automatic plan must pick this many warps (when the device has the SMs for it)
+  int expect_warps = 0;  // > 0: the automatic plan must pick this many warps and one split (on 3/4 of the SMs or more)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -187,7 +187,7 @@ void run_case(const Case& c, uint64_t seed) {
     EXPECT_EQ(used_warps, c.cta_warps);
   }
   if (c.expect_warps > 0) {
-    // The 16-warp plan needs at least 3/4 of the SMs and at most all of them to get one (sequence, KV head).
+    // The unsplit plan needs at least 3/4 of the SMs and at most all of them to get one (sequence, KV head).
     int sms = 0;
     QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int ctas = batch * num_kv_heads;
@@ -195,7 +195,7 @@ void run_case(const Case& c, uint64_t seed) {
       EXPECT_EQ(used_warps, c.expect_warps) << "ctas " << ctas << " on " << sms << " SMs";
       EXPECT_EQ(used_splits, 1);
     } else {
-      std::printf("note: %d (sequence, KV head) pairs on %d SMs: the 16-warp plan does not apply here\n", ctas, sms);
+      std::printf("note: %d (sequence, KV head) pairs on %d SMs: the unsplit plan does not apply here\n", ctas, sms);
     }
   }
   QDEC_ASSERT_OK(decode_attention(p, nullptr));
@@ -286,7 +286,7 @@ INSTANTIATE_TEST_SUITE_P(Paged, DecodeGpu, ::testing::ValuesIn(paged_cases()), c
 
 // The 16-warp kernel of int4 V caches (head_dim 128, group_size <= 8), forced: the contiguous grid of lengths
 // and split modes, paged caches, and the automatic plan that picks it (one unsplit CTA per SM: 60 x 2 pairs
-// on 120..160 SMs, e.g. an H100 or H200).
+// on 120..160 SMs, e.g. an H100 or H200); and the unsplit 8-warp plan of 8- and 16-bit caches (50 x 2 pairs).
 std::vector<Case> wide_cases() {
   std::vector<Case> cases;
   const Pair wide_pairs[] = {{"int4", "int4"},       {"int4-g2", "int4-g2"}, {"int4-g4", "int4-g4"},
@@ -298,6 +298,9 @@ std::vector<Case> wide_cases() {
     for (int page : {16, 64}) cases.push_back({pr.k, pr.v, 128, 8, 0, 0, page, true, 16});
     cases.push_back({pr.k, pr.v, 128, 4, 2048, 0, 64, false, 0, 60, 16});
   }
+  // 8- and 16-bit caches: one unsplit 8-warp CTA per (sequence, KV head) under the same bound.
+  for (const Pair& pr : {Pair{"bf16", "bf16"}, Pair{"int8", "int8"}, Pair{"fp8e4m3", "fp8e4m3"}})
+    cases.push_back({pr.k, pr.v, 128, 4, 6144, 0, 64, false, 0, 50, 8});  // the estimate alone plans 5 splits
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Wide, DecodeGpu, ::testing::ValuesIn(wide_cases()), case_name);

@@ -275,11 +275,17 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     // 8 warps 19.5), and so did several rounds of them (B = 512 +3..8%).
     // Pages of 64 tokens or more only (in 16-token pages it read a paged cache 6.5% slower than the 8-warp kernel
     // did, B = 128 int4 50.5 against 47.4 us, and 14-23% slower than its contiguous cache).
-    if (wide_ok && plan->num_splits >= 2 && 4 * ctas >= 3 * dev.sm_count && ctas <= dev.sm_count &&
+    const bool one_per_sm = 4 * ctas >= 3 * dev.sm_count && ctas <= dev.sm_count;
+    if (wide_ok && plan->num_splits >= 2 && one_per_sm &&
         plan->kernel->wide.smem_bytes <= dev.max_smem_per_block_optin) {
       use(plan->kernel->wide);
       plan->num_splits = 1;
     }
+    // The same bound for the 8-warp kernels of 8- and 16-bit caches, which stream at the HBM rate with one CTA per
+    // SM: the estimate above counts a split's extra CTAs as parallel work but not that the unsplit grid is already
+    // bandwidth-bound (v22 split sweep, docs/results/attention_splits_v22_h200.txt, T = 8192: B = 100 int8 planned
+    // 5 splits, 64.4 us, 1 split 56.5; bf16 106.9 against 103.5; B = 112 and 128 plan 1 split already).
+    if (plan->warps == 8 && plan->kernel->wide.warps == 0 && plan->num_splits >= 2 && one_per_sm) plan->num_splits = 1;
   }
   plan->workspace_bytes =
       plan->num_splits > 1
