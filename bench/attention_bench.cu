@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -695,9 +696,18 @@ constexpr uint64_t kHoldTimeoutNs = 5'000'000'000ull;
 // between its own pair of events, the stream held by the spin kernel until each batch is enqueued.
 TimeStats time_launches(const AttentionBenchOptions& opts, cudaStream_t stream, HostFlag& flag, const std::string& what,
                         const std::function<Status(int)>& launch) {
+  // Warm-up: opts.warmup launches, then batches of them until opts.warmup_ms have passed, so that the timed
+  // launches run at the clock a busy GPU holds (a decode loop's), not while it ramps up after the set-up.
+  const auto warm_start = std::chrono::steady_clock::now();
   for (int i = 0; i < opts.warmup; ++i) check_status(launch(i), what);
   BENCH_CUDA(cudaGetLastError());
   BENCH_CUDA(cudaStreamSynchronize(stream));
+  while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_start).count() <
+         opts.warmup_ms) {
+    for (int i = 0; i < kLaunchesPerHold; ++i) check_status(launch(i), what);
+    BENCH_CUDA(cudaGetLastError());
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+  }
   std::vector<Event> start(size_t(opts.iters)), stop(size_t(opts.iters));
   for (int first = 0; first < opts.iters; first += kLaunchesPerHold) {
     const int last = std::min(opts.iters, first + kLaunchesPerHold);
@@ -1114,6 +1124,8 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
     throw BenchError(fmt::format("--page-order: '{}' is not shuffled or sequential", opts.page_order));
   if (opts.graph_reps < 0) throw BenchError(fmt::format("--graph-reps: {} must be >= 0", opts.graph_reps));
   if (opts.warmup < 0) throw BenchError(fmt::format("--warmup: {} must be >= 0", opts.warmup));
+  if (!(opts.warmup_ms >= 0.0) || opts.warmup_ms > 10000.0)
+    throw BenchError(fmt::format("--warmup-ms: {} must be in 0..10000", opts.warmup_ms));
   if (opts.num_splits < 0) throw BenchError(fmt::format("--splits: {} must be >= 0", opts.num_splits));
   if (opts.cta_warps < 0) throw BenchError(fmt::format("--cta-warps: {} must be >= 0", opts.cta_warps));
   if (opts.cache != "contiguous" && opts.cache != "paged" && opts.cache != "both")
@@ -1157,8 +1169,11 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
   out << fmt::format("launch floor: an empty kernel between the same events takes {:.2f} us (median)\n",
                      launch_floor.median_us);
   out << fmt::format(
-      "{} iterations per case after {} warm-up, page size {}, splits {}, warps {}, lengths {}, cache {}\n\n",
-      opts.iters, opts.warmup, opts.page_size, opts.num_splits == 0 ? "auto" : std::to_string(opts.num_splits),
+      "{} iterations per case after >= {} warm-up launches and >= {} ms, page size {}, splits {}, warps {}, lengths "
+      "{}, "
+      "cache {}\n\n",
+      opts.iters, opts.warmup, opts.warmup_ms, opts.page_size,
+      opts.num_splits == 0 ? "auto" : std::to_string(opts.num_splits),
       opts.cta_warps == 0 ? "auto" : std::to_string(opts.cta_warps), opts.unequal ? "random in [T/2, T]" : "all T",
       opts.cache);
 
@@ -1167,14 +1182,23 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
   json cases = json::array();
   auto write_json = [&](const std::string& error) {
     if (opts.json_path.empty()) return;
-    json options = {{"formats", opts.formats},       {"shapes", opts.shapes},
-                    {"batch", opts.batch},           {"iters", opts.iters},
-                    {"warmup", opts.warmup},         {"num_splits", opts.num_splits},
-                    {"cta_warps", opts.cta_warps},   {"page_size", opts.page_size},
-                    {"unequal", opts.unequal},       {"cache", opts.cache},
-                    {"append", opts.append},         {"graph", opts.graph},
-                    {"graph_reps", opts.graph_reps}, {"page_order", opts.page_order},
-                    {"check", opts.check},           {"seed", opts.seed}};
+    json options = {{"formats", opts.formats},
+                    {"shapes", opts.shapes},
+                    {"batch", opts.batch},
+                    {"iters", opts.iters},
+                    {"warmup", opts.warmup},
+                    {"warmup_ms", opts.warmup_ms},
+                    {"num_splits", opts.num_splits},
+                    {"cta_warps", opts.cta_warps},
+                    {"page_size", opts.page_size},
+                    {"unequal", opts.unequal},
+                    {"cache", opts.cache},
+                    {"append", opts.append},
+                    {"graph", opts.graph},
+                    {"graph_reps", opts.graph_reps},
+                    {"page_order", opts.page_order},
+                    {"check", opts.check},
+                    {"seed", opts.seed}};
     json ceilings = {{"copy_bytes", ceil.copy_bytes},
                      {"copy", stats_json(ceil.copy)},
                      {"copy_gbps", ceil.copy_gbps},

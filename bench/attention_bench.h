@@ -27,6 +27,11 @@ struct AttentionBenchOptions {
   int seq_len = 8192;  // T of the seed000 family (smaller T isolates the per-call fixed cost)
   int iters = 30;      // timed launches per case, each timed on its own
   int warmup = 5;      // untimed launches per case before the timed ones
+  // ... and at least this long (ms of back-to-back launches). The SM clock ramps up over the first ~1 ms of work
+  // after a case's host-side set-up, which made the first case of a run read up to 10% slow (bf16 B = 32: 41.7-42.5
+  // us after 5 launches, 38.4-38.5 after 2, 5 or 25 ms); 25 ms of sustained int4 load at B >= 256 already runs
+  // into the 700 W power cap (+6..12%), which 5 ms did not (docs/attention.md, v22).
+  double warmup_ms = 5.0;
   int num_splits = 0;  // 0 = the library's choice; >= 1 forces a split-K count
   int cta_warps = 0;   // 0 = the library's choice; else forces DecodeAttentionParams::cta_warps
   int page_size = 64;  // tokens per tile
@@ -79,6 +84,8 @@ void add_attention_bench_options(App* app, AttentionBenchOptions* o) {
   app->add_option("--iters", o->iters, "Timed iterations per case (median and min are reported)")
       ->capture_default_str();
   app->add_option("--warmup", o->warmup, "Untimed warm-up launches per case")->capture_default_str();
+  app->add_option("--warmup-ms", o->warmup_ms, "Keep warming up until this many ms have passed (0 = launches only)")
+      ->capture_default_str();
   app->add_option("--splits", o->num_splits, "Force the split-K count (0 = automatic)")->capture_default_str();
   app->add_option("--cta-warps", o->cta_warps, "Force the warps per CTA (0 = automatic; 4, 8 or 16 where compiled)")
       ->capture_default_str();

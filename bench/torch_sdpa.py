@@ -88,7 +88,7 @@ def sdpa(qkv):
     return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
 
-def time_launches(sets, warmup, iters, hold_cycles):
+def time_launches(sets, warmup, iters, hold_cycles, warmup_ms=5.0):
     """Per-launch CUDA-event times in µs.
 
     A torch.cuda._sleep spin holds the stream while a batch of launches is enqueued, so torch's host-side
@@ -96,9 +96,16 @@ def time_launches(sets, warmup, iters, hold_cycles):
     run in tens of µs, comparable to that cost).
     """
     n = len(sets)
+    # Warm up with --warmup launches, then batches until --warmup-ms have passed, as bench_attention does: the SM
+    # clock ramps up over the first ~1 ms of work after a case's set-up (docs/attention.md, v22).
+    t0 = time.perf_counter()
     for i in range(warmup):
         sdpa(sets[i % n])
     torch.cuda.synchronize()
+    while 1e3 * (time.perf_counter() - t0) < warmup_ms:
+        for i in range(LAUNCHES_PER_HOLD):
+            sdpa(sets[i % n])
+        torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     stops = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     have_sleep = hasattr(torch.cuda, "_sleep")
@@ -201,7 +208,7 @@ def run_shape(s, args, l2_bytes, device):
         bytes=nbytes,
         rotation_sets=len(sets),
     )
-    default = stats(time_launches(sets, args.warmup, args.iters, hold), nbytes)
+    default = stats(time_launches(sets, args.warmup, args.iters, hold, args.warmup_ms), nbytes)
     default["kernels"] = kernels_of_default(sets[0])
     default["backend_guess"] = guess_backend(default["kernels"])
     case["default"] = default
@@ -211,7 +218,7 @@ def run_shape(s, args, l2_bytes, device):
             with sdpa_kernel([backend]):
                 sdpa(sets[0])
                 torch.cuda.synchronize()
-                backends[name] = stats(time_launches(sets, args.warmup, args.iters, hold), nbytes)
+                backends[name] = stats(time_launches(sets, args.warmup, args.iters, hold, args.warmup_ms), nbytes)
                 backends[name]["status"] = "ok"
         except RuntimeError as e:  # "No available kernel" and friends: this backend rejects the shape
             backends[name] = dict(status="unsupported", message=str(e).splitlines()[0][:200])
@@ -288,6 +295,7 @@ def main():
     ap.add_argument("--batch", default="32,64,128,256,512", help="seed000 batch sizes (comma list)")
     ap.add_argument("--iters", type=int, default=30, help="timed launches per case (>= 30 recommended)")
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--warmup-ms", type=float, default=5.0, help="keep warming up until this many ms have passed")
     ap.add_argument("--math", action="store_true", help="also time the math backend (slow, memory hungry)")
     ap.add_argument("--qdec-json", help="bench_attention's JSON from the same run: print the ratio table")
     ap.add_argument("--json", help="write the torch results here")
@@ -321,7 +329,10 @@ def main():
     )
     if read_ceiling:
         print(f"read ceiling from the qdec JSON: {read_ceiling:.0f} GB/s")
-    print(f"{args.iters} iterations after {args.warmup} warm-up; BF16, enable_gqa=True\n")
+    print(
+        f"{args.iters} iterations after >= {args.warmup} warm-up launches and >= {args.warmup_ms} ms; "
+        "BF16, enable_gqa=True\n"
+    )
     print(
         f"{'shape':<32} {'backend':<10} {'median µs':>10} {'min µs':>9} {'bytes MB':>10} {'GB/s':>8} "
         f"{'% ceil':>7}  kernels / note"
@@ -360,6 +371,7 @@ def main():
             cuda_version=torch.version.cuda,
             iters=args.iters,
             warmup=args.warmup,
+            warmup_ms=args.warmup_ms,
             qdec_json=args.qdec_json,
             cases=cases,
         )
