@@ -702,12 +702,7 @@ TimeStats time_launches(const AttentionBenchOptions& opts, cudaStream_t stream, 
   for (int i = 0; i < opts.warmup; ++i) check_status(launch(i), what);
   BENCH_CUDA(cudaGetLastError());
   BENCH_CUDA(cudaStreamSynchronize(stream));
-  while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - warm_start).count() <
-         opts.warmup_ms) {
-    for (int i = 0; i < kLaunchesPerHold; ++i) check_status(launch(i), what);
-    BENCH_CUDA(cudaGetLastError());
-    BENCH_CUDA(cudaStreamSynchronize(stream));
-  }
+  keep_busy_until(stream, warm_start, opts.warmup_ms, kLaunchesPerHold, [&](int i) { check_status(launch(i), what); });
   std::vector<Event> start(size_t(opts.iters)), stop(size_t(opts.iters));
   for (int first = 0; first < opts.iters; first += kLaunchesPerHold) {
     const int last = std::min(opts.iters, first + kLaunchesPerHold);

@@ -1,11 +1,12 @@
 // Pieces every qdec benchmark shares (included by the .cu benchmark sources, inside no namespace): the error
 // type and checks, the streaming-read kernel behind the "% of ceiling" columns (one kernel, so every benchmark
 // measures the same ceiling), the empty kernel behind the launch floor, list parsing for options, the device
-// buffer and the hash of the random fills.
+// buffer, the hash of the random fills and the time-based warm-up.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -115,6 +116,20 @@ inline std::vector<std::string> split_list(const std::string& s, char sep) {
     begin = end + 1;
   }
   return out;
+}
+
+// Keeps the GPU busy with the case itself until `ms` of host time have passed since `start`: batches of `batch`
+// launches (launch(i), i counting up for the rotation), each followed by a stream synchronize, so the timed
+// launches after it run at the clock a busy GPU holds rather than during its ramp-up.
+template <class F>
+void keep_busy_until(cudaStream_t stream, std::chrono::steady_clock::time_point start, double ms, int batch,
+                     F&& launch) {
+  int i = 0;
+  while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() < ms) {
+    for (int j = 0; j < batch; ++j) launch(i++);
+    BENCH_CUDA(cudaGetLastError());
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+  }
 }
 
 }  // namespace qdec::bench

@@ -95,14 +95,7 @@ class Timer {
   double time(int warmup, int iters, F&& launch) {
     for (int i = 0; i < warmup; ++i) launch(i);
     BENCH_CUDA(cudaStreamSynchronize(s_));
-    if (warm_ms_ > 0) {
-      const auto t0 = std::chrono::steady_clock::now();
-      int i = 0;
-      while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < warm_ms_) {
-        for (int j = 0; j < 8; ++j) launch(i++);
-        BENCH_CUDA(cudaStreamSynchronize(s_));
-      }
-    }
+    keep_busy_until(s_, std::chrono::steady_clock::now(), warm_ms_, 8, launch);
     flag_[0] = 0;
     hold_kernel<<<1, 1, 0, s_>>>(dflag_, 2000000000ull);
     BENCH_CUDA(cudaGetLastError());
