@@ -529,7 +529,7 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
 
     if (o.rmsnorm) {
       const std::vector<int> rms_m = o.rms_m.empty() ? std::vector<int>{1, 16, 256, 1024, 4096} : o.rms_m;
-      const std::vector<int> rms_k = o.rms_k.empty() ? std::vector<int>{4096, 8192, 14336} : o.rms_k;
+      const std::vector<int> rms_k = o.rms_k.empty() ? std::vector<int>{2048, 4096, 8192, 14336} : o.rms_k;
       json rc = json::array();
       out << fmt::format("\n{:>5} {:>6} {:>16} {:>9} {:>8} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6}\n",
                          "M", "K", "kernel", "us", "GB/s", "% read", "% copy", "graph us", "GB/s", "% read", "% copy",

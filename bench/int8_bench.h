@@ -40,7 +40,7 @@ void add_int8_bench_options(App* app, Int8BenchOptions* o) {
   app->add_option("--shapes", o->shapes, "Comma list of NxK (e.g. 4096x4096) or 'all'")->capture_default_str();
   app->add_option("--m", o->m, "Comma list of M (default 1,4,16,64,256,1024,4096)")->delimiter(',');
   app->add_option("--rms-m", o->rms_m, "RMSNorm table: comma list of M (default 1,16,256,1024,4096)")->delimiter(',');
-  app->add_option("--rms-k", o->rms_k, "RMSNorm table: comma list of K (default 4096,8192,14336)")->delimiter(',');
+  app->add_option("--rms-k", o->rms_k, "RMSNorm table: comma list of K (default 2048,4096,8192,14336)")->delimiter(',');
   app->add_option("--block", o->block, "K-block of the per-block W8A8 rows (32, 64, 128)")->capture_default_str();
   app->add_option("--gemm", o->gemm, "Run the GEMM table (true/false)")->capture_default_str();
   app->add_option("--rmsnorm", o->rmsnorm, "Run the RMSNorm + quantize table (true/false)")->capture_default_str();

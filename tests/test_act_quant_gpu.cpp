@@ -72,14 +72,15 @@ struct RowCase {
   int ldx_pad, ldq_pad;  // extra elements
   bool unaligned;        // X starts one element past a 16-byte boundary
   bool special;
-  bool pdl = false;  // launched as programmatic dependents, three times back to back
+  bool pdl = false;   // launched as programmatic dependents, three times back to back
+  float eps = 1e-5f;  // RMSNorm epsilon
 };
 
 std::string row_case_name(const ::testing::TestParamInfo<RowCase>& info) {
   const RowCase& c = info.param;
   return std::string(gemm_dtype_name(c.dtype)) + "_m" + std::to_string(c.m) + "_k" + std::to_string(c.k) + "_px" +
          std::to_string(c.ldx_pad) + "_pq" + std::to_string(c.ldq_pad) + (c.unaligned ? "_unaligned" : "") +
-         (c.special ? "_special" : "") + (c.pdl ? "_pdl" : "");
+         (c.special ? "_special" : "") + (c.pdl ? "_pdl" : "") + (c.eps == 0.0f ? "_eps0" : "");
 }
 
 class ActQuantRows : public ::testing::TestWithParam<RowCase> {};
@@ -104,7 +105,7 @@ void run_rows(const RowCase& c, bool norm) {
     wb[i] = to16(wd(rng), c.dtype);
     wf[i] = from16(wb[i], c.dtype);
   }
-  const float eps = 1e-5f;
+  const float eps = c.eps;
   Int8Activations ref;
   if (norm) {
     QDEC_ASSERT_OK(rmsnorm_quantize_int8(xq.data(), wf.data(), c.m, c.k, eps, &ref));
@@ -205,6 +206,15 @@ INSTANTIATE_TEST_SUITE_P(
         RowCase{GemmDType::kBF16, 2048, 8192, 0, 0, false, true},
         RowCase{GemmDType::kFP16, 2500, 6000, 8, 16, false, true},
         RowCase{GemmDType::kBF16, 2047, 8192, 0, 0, false, true},  // one row below: 256 x 4
+        // Many rows on each CTA size of K <= 4096 (128, 64 and 32 threads x 4 vectors): odd M, K = 1000 and 576
+        // leave vectors past the row, eps = 0 (an all-zero row's r is infinite).
+        RowCase{GemmDType::kBF16, 2048, 4096, 0, 0, false, true},
+        RowCase{GemmDType::kFP16, 2049, 4096, 8, 16, false, true},
+        RowCase{GemmDType::kBF16, 4099, 2048, 0, 0, false, true},
+        RowCase{GemmDType::kBF16, 2501, 1000, 0, 0, false, true, false, 0.0f},
+        RowCase{GemmDType::kFP16, 3000, 576, 8, 16, false, true},
+        RowCase{GemmDType::kBF16, 3001, 4096, 0, 0, false, false, true},
+        RowCase{GemmDType::kBF16, 5000, 2048, 0, 0, false, true, true},
         // ActQuantParams::pdl: the streaming kernels as programmatic dependents, and the row kernel ignoring it.
         RowCase{GemmDType::kBF16, 2000, 4096, 0, 0, false, true, true},
         RowCase{GemmDType::kFP16, 300, 12288, 0, 0, false, true, true},

@@ -4,7 +4,7 @@
 //   X [m, ldx] (bf16 / fp16; fp32 too for the block quantizer) -> q [m, ldq] int8 + per-row (or per-block) meta
 //
 // Design: rows that are 16-byte aligned with K a multiple of 8 and K <= kActQuantRegisterMaxK (every model
-// shape) go to the streaming kernel: a resident grid of CTAs (128 / 256 / 512 threads by K) walks the rows, each
+// shape) go to the streaming kernel: a resident grid of CTAs (32 to 512 threads by K) walks the rows, each
 // thread holding 4 vectors of 8 elements as fp32 and the next row's vectors in flight; the quantizer there is the
 // IEEE quotient computed with a hoisted reciprocal (see act_quant_stream_kernel). Other rows (odd K, unaligned X,
 // longer K) run one CTA per row (act_quant_row_kernel), element loads where needed; rows longer than
@@ -381,9 +381,10 @@ __device__ __noinline__ uint32_t finite_amax_bits(const unsigned short* xr, int 
 }
 
 // CTAs per SM the launch bounds ask for (register cap 65536 / (threads * blocks)): 128 x 8 holds 64 fp32 values and
-// 32 registers of prefetched row per thread (164 registers, no spills).
+// 32 registers of prefetched row per thread (164 registers, no spills); x 4 kernels use 93-96 (20 / 10 / 5 CTAs of
+// 32 / 64 / 128 threads per SM).
 constexpr int stream_min_blocks(int threads, int vpt) {
-  return threads == 128 ? (vpt > 4 ? 3 : 5) : threads == 256 ? 2 : 1;
+  return threads == 32 ? 20 : threads == 64 ? 10 : threads == 128 ? (vpt > 4 ? 3 : 5) : threads == 256 ? 2 : 1;
 }
 
 template <int kDType, bool kNorm, int kThreads, int kVpt>
@@ -765,8 +766,12 @@ Status launch_rows(const RowArgs& a, GemmDType xd, cudaStream_t stream) {
   // Aligned rows of whole vectors stream through a resident grid; the rest (odd K, unaligned X, K above the
   // register limit) run one CTA per row with element loads where needed. Both are bit-exact with the CPU.
   if (regs && a.vec && a.k % 8 == 0) {
-    // Dispatch list: dtype {bf16, fp16} x (CTA size, vectors per thread) {(128, 4), (256, 4), (256, 7), (512, 4)}
-    // for K <= 4096, 8192, 14336, 16384. K in (8192, 14336] (Llama's 14336 among them) runs two CTAs of 256 threads
+    // Dispatch list: dtype {bf16, fp16} x (CTA size, vectors per thread) {(32, 4), (64, 4), (128, 4), (256, 4),
+    // (256, 7), (512, 4)} for K <= 1024, 2048, 4096, 8192, 14336, 16384. The CTA size follows K so that every thread
+    // holds whole vectors and the SM holds ~20 rows' CTAs: with 128 threads for every K <= 4096, K = 2048 left half
+    // the threads idle and an SM only 5 rows (measured, H200: RMSNorm + quantize at 16384 x 2048 48.8% -> 88.9% of
+    // the copy ceiling, x 1024 24.7% -> 80.6%, the quantizer alone 68.5% -> 94.2% at x 2048; docs/int8_gemm.md).
+    // K in (8192, 14336] (Llama's 14336 among them) runs two CTAs of 256 threads
     // per SM with 7 vectors each instead of one of 512: a row's barriers then stall half the SM, not all of it.
     // RMSNorm with K in (4096, 8192] and M >= kStreamWideMinRows runs (128, 8): 64 elements per thread halve the
     // per-row work (reductions, barriers, the scalar ms / r / s math) per element, measured +5 points of the copy
@@ -774,13 +779,17 @@ Status launch_rows(const RowArgs& a, GemmDType xd, cudaStream_t stream) {
     // M = 1024: -4%), and the plain quantizer, with less work per element, loses 1-2 points with it at every M.
     const bool wide = kNorm && a.k > 4096 && a.k <= 8192 && a.m >= kStreamWideMinRows;
     if (xd == GemmDType::kBF16) {
-      return a.k <= 4096    ? launch_stream<0, kNorm, 128, 4>(a, stream)
+      return a.k <= 1024    ? launch_stream<0, kNorm, 32, 4>(a, stream)
+             : a.k <= 2048  ? launch_stream<0, kNorm, 64, 4>(a, stream)
+             : a.k <= 4096  ? launch_stream<0, kNorm, 128, 4>(a, stream)
              : wide         ? launch_stream<0, kNorm, 128, 8>(a, stream)
              : a.k <= 8192  ? launch_stream<0, kNorm, 256, 4>(a, stream)
              : a.k <= 14336 ? launch_stream<0, kNorm, 256, 7>(a, stream)
                             : launch_stream<0, kNorm, 512, 4>(a, stream);
     }
-    return a.k <= 4096    ? launch_stream<1, kNorm, 128, 4>(a, stream)
+    return a.k <= 1024    ? launch_stream<1, kNorm, 32, 4>(a, stream)
+           : a.k <= 2048  ? launch_stream<1, kNorm, 64, 4>(a, stream)
+           : a.k <= 4096  ? launch_stream<1, kNorm, 128, 4>(a, stream)
            : wide         ? launch_stream<1, kNorm, 128, 8>(a, stream)
            : a.k <= 8192  ? launch_stream<1, kNorm, 256, 4>(a, stream)
            : a.k <= 14336 ? launch_stream<1, kNorm, 256, 7>(a, stream)
