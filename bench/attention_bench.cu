@@ -504,7 +504,12 @@ std::vector<Shape> make_shapes(const AttentionBenchOptions& opts) {
     add("long", 1, 32, 8, 128, 32768);
     add("long", 1, 32, 8, 128, 131072);
   }
-  if (want_smollm2) add("smollm2", 64, 9, 3, 64, 4096);
+  if (want_smollm2) {
+    for (int b : opts.smollm2_batch.empty() ? std::vector<int>{64} : opts.smollm2_batch) {
+      if (b < 1) throw BenchError(fmt::format("--smollm2-batch: {} is not a positive batch size", b));
+      add("smollm2", b, 9, 3, 64, 4096);
+    }
+  }
   return shapes;
 }
 

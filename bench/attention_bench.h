@@ -24,6 +24,8 @@ struct AttentionBenchOptions {
   std::string shapes = "all";
   // Batch sizes of the seed000 family; empty = 32,64,128,256,512.
   std::vector<int> batch;
+  // Batch sizes of the smollm2 family; empty = 64.
+  std::vector<int> smollm2_batch;
   int seq_len = 8192;  // T of the seed000 family (smaller T isolates the per-call fixed cost)
   int iters = 30;      // timed launches per case, each timed on its own
   int warmup = 5;      // untimed launches per case before the timed ones
@@ -79,6 +81,8 @@ void add_attention_bench_options(App* app, AttentionBenchOptions* o) {
   app->add_option("--shapes", o->shapes, "Comma list of shape families: seed000, long, smollm2, all")
       ->capture_default_str();
   app->add_option("--batch", o->batch, "Batch sizes for seed000 (comma list; default 32,64,128,256,512)")
+      ->delimiter(',');
+  app->add_option("--smollm2-batch", o->smollm2_batch, "Batch sizes for smollm2 (comma list; default 64)")
       ->delimiter(',');
   app->add_option("--seq-len", o->seq_len, "T of the seed000 family")->capture_default_str();
   app->add_option("--iters", o->iters, "Timed iterations per case (median and min are reported)")

@@ -286,7 +286,8 @@ INSTANTIATE_TEST_SUITE_P(Paged, DecodeGpu, ::testing::ValuesIn(paged_cases()), c
 
 // The 16-warp kernel of int4 V caches (head_dim 128, group_size <= 8), forced: the contiguous grid of lengths
 // and split modes, paged caches, and the automatic plan that picks it (one unsplit CTA per SM: 60 x 2 pairs
-// on 120..160 SMs, e.g. an H100 or H200); and the unsplit 8-warp plan of 8- and 16-bit caches (50 x 2 pairs).
+// on 120..160 SMs, e.g. an H100 or H200); the unsplit 8-warp plan of 8- and 16-bit caches (50 x 2 pairs), and the
+// unsplit plan of 16-bit caches at head_dim 64.
 std::vector<Case> wide_cases() {
   std::vector<Case> cases;
   const Pair wide_pairs[] = {{"int4", "int4"},       {"int4-g2", "int4-g2"}, {"int4-g4", "int4-g4"},
@@ -301,6 +302,9 @@ std::vector<Case> wide_cases() {
   // 8- and 16-bit caches: one unsplit 8-warp CTA per (sequence, KV head) under the same bound.
   for (const Pair& pr : {Pair{"bf16", "bf16"}, Pair{"int8", "int8"}, Pair{"fp8e4m3", "fp8e4m3"}})
     cases.push_back({pr.k, pr.v, 128, 4, 6144, 0, 64, false, 0, 50, 8});  // the estimate alone plans 5 splits
+  // 16-bit caches at head_dim 64 (4-warp CTAs): unsplit whenever the unsplit grid's rounds keep 3/4 of the SMs busy.
+  for (const Pair& pr : {Pair{"bf16", "bf16"}, Pair{"fp16", "fp16"}})
+    cases.push_back({pr.k, pr.v, 64, 3, 6144, 0, 64, false, 0, 50, 4});  // the estimate alone plans splits
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Wide, DecodeGpu, ::testing::ValuesIn(wide_cases()), case_name);

@@ -286,6 +286,15 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     // bandwidth-bound (v22 split sweep, docs/results/attention_splits_v22_h200.txt, T = 8192: B = 100 int8 planned
     // 5 splits, 64.4 us, 1 split 56.5; bf16 106.9 against 103.5; B = 112 and 128 plan 1 split already).
     if (plan->warps == 8 && plan->kernel->wide.warps == 0 && plan->num_splits >= 2 && one_per_sm) plan->num_splits = 1;
+    // 16-bit caches stream at the HBM rate from few CTAs (one 8-warp CTA per SM at head_dim 128, up to four of 4
+    // warps at 64): unsplit whenever every round of the unsplit grid, the last one included, still gives >= 3/4 of
+    // the SMs a CTA, so the split adds only its merge. Measured on the H200 (SmolLM2 shape, head_dim 64, B = 64,
+    // 192 CTAs in one round of 4 per SM): bf16 1 split 50.85 us, 2 splits (the estimate) 52.3-52.6, 3 57.0.
+    if (k16 && plan->num_splits >= 2) {
+      const long long slots = static_cast<long long>(occ) * dev.sm_count;
+      const long long last = ctas % slots == 0 ? slots : ctas % slots;
+      if (4 * last >= 3LL * dev.sm_count) plan->num_splits = 1;
+    }
   }
   plan->workspace_bytes =
       plan->num_splits > 1
