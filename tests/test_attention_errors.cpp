@@ -199,6 +199,11 @@ TEST(DecodeSplitPlan, BenchmarkShapesOnH200) {
   EXPECT_EQ(choose_splits(256, 132, 4, 8192, 64), 2);   // B = 256 int4
   EXPECT_EQ(choose_splits(512, 132, 4, 8192, 64), 1);   // B = 512
   EXPECT_EQ(choose_splits(192, 132, 4, 4096, 64), 2);   // SmolLM2 (64 x 3 KV heads, head_dim 64)
+  // 8-bit caches at head_dim 64 beyond one round (s15c): partly filled SMs at r / 4 of a full one. SmolLM2 family at
+  // B = 256 (768 pairs): 2 splits (112.7 us measured; unsplit 137.2), where the fitted rates keep 1.
+  EXPECT_EQ(choose_splits(768, 132, 4, 4096, 64), 1);
+  EXPECT_EQ(choose_splits(768, 132, 4, 4096, 64, /*linear_partial=*/true), 2);
+  EXPECT_EQ(choose_splits(1056, 132, 4, 4096, 64, true), 1);  // B = 352: two whole rounds unsplit
   // 8- and 16-bit caches at head_dim 128: one 8-warp CTA (128-token stages) per SM, as 2 CTAs of 4 warps were
   // (v21's counts, 33 / 32 / 8 / 4 / 2 / 1 splits, halved: B = 128 needs no split and no merge).
   EXPECT_EQ(choose_splits(8, 132, 1, 131072, 128), 16);  // long 128K bf16 / int8

@@ -27,9 +27,11 @@ namespace attention {
 // (fewer warps to hide latency; measured: 2 of 4 slots ~6% slower per stage for int4, 1 slot ~30%). Ties go to fewer
 // splits. This replaced "the fewest splits filling 90% of the slots", which ignored the stage rounding (long 128K int4:
 // 60 splits of 35 stages on 4 CTAs/SM, 48.1 us; 64 splits of 32 stages, 45.0 us).
-int choose_splits(int ctas, int sms, int cap, int max_len, int stage) {
+int choose_splits(int ctas, int sms, int cap, int max_len, int stage, bool linear_partial) {
   const int max_splits = std::max(1, std::min(256, max_len / (4 * stage)));
-  const auto rate = [cap](int r) { return r >= cap ? 1.0 : r == 1 ? 0.7 : 1.0 - 0.03 * (cap - r); };
+  const auto rate = [cap, linear_partial](int r) {
+    return r >= cap ? 1.0 : linear_partial ? static_cast<double>(r) / cap : r == 1 ? 0.7 : 1.0 - 0.03 * (cap - r);
+  };
   constexpr double kCtaStages = 2.0;
   int best = 1;
   double best_cost = 0.0;
@@ -267,6 +269,22 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     const int ctas = p.batch * p.num_kv_heads;
     const int cap = std::min(occ, split_ctas_per_sm(*plan->kernel, plan->warps));
     plan->num_splits = attention::choose_splits(ctas, dev.sm_count, cap, max_len, plan->warps * kBlockTokens);
+    // 8-bit caches at head_dim 64 (s15c): a 4-warp CTA is limited by its own instruction stream, so an SM left with
+    // 1-2 of its 4 slots streams far slower than the fitted rate says. When the unsplit grid fits in one round of
+    // `cap` CTAs per SM, the split grid stays within one round; above that, partly filled SMs count at r / cap.
+    // Measured on the H200 (SmolLM2 family, T = 4096, splits 1-8 forced,
+    // docs/results/attention_hd64_splits_s15_h200.txt): int8 B = 48 5 splits 34.8 us -> 3 splits 29.3, B = 96 5
+    // splits 53.6 -> unsplit 47.3, B = 256 unsplit 137.2 -> 2 splits 112.7; geomean regret over 10 batches 1.057
+    // -> 1.006 (fp8 1.060 -> 1.006, int8-g32 1.040 -> 1.015). int4 V caches keep the estimate (the one-round cap cost
+    // them up to 22% at B = 96).
+    const bool q8 = !k16 && p.k_format.kind != KvKind::kINT4 && p.v_format.kind != KvKind::kINT4;
+    const long long slots = static_cast<long long>(cap) * dev.sm_count;
+    if (q8 && p.head_dim < 128 && ctas <= slots) {
+      plan->num_splits = static_cast<int>(std::min<long long>(plan->num_splits, std::max(1LL, slots / ctas)));
+    } else if (q8 && p.head_dim < 128) {
+      plan->num_splits = attention::choose_splits(ctas, dev.sm_count, cap, max_len, plan->warps * kBlockTokens,
+                                                  /*linear_partial=*/true);
+    }
     // One unsplit 16-warp CTA per SM instead of split 8-warp CTAs and the merge kernel, when at least 3/4 of the
     // SMs get one (int4 V caches, group_size <= 8). Measured on the H200 (docs/attention.md, v22), T = 8192, int4:
     // B = 128 45.3 -> 41.7 us (2 splits of 8 warps -> 1 of 16), B = 112 42.8 -> 39.1, B = 100 43.9 -> 39.3; an
