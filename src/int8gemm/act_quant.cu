@@ -771,8 +771,8 @@ Status launch_rows(const RowArgs& a, GemmDType xd, cudaStream_t stream) {
     // holds whole vectors and the SM holds ~20 rows' CTAs: with 128 threads for every K <= 4096, K = 2048 left half
     // the threads idle and an SM only 5 rows (measured, H200: RMSNorm + quantize at 16384 x 2048 48.8% -> 88.9% of
     // the copy ceiling, x 1024 24.7% -> 80.6%, the quantizer alone 68.5% -> 94.2% at x 2048; docs/int8_gemm.md).
-    // K in (8192, 14336] (Llama's 14336 among them) runs two CTAs of 256 threads
-    // per SM with 7 vectors each instead of one of 512: a row's barriers then stall half the SM, not all of it.
+    // K in (8192, 14336] (Llama's 14336 among them) runs two CTAs of 256 threads per SM with 7 vectors each instead
+    // of one of 512: a row's barriers then stall half the SM, not all of it.
     // RMSNorm with K in (4096, 8192] and M >= kStreamWideMinRows runs (128, 8): 64 elements per thread halve the
     // per-row work (reductions, barriers, the scalar ms / r / s math) per element, measured +5 points of the copy
     // ceiling at M = 4096, K = 8192; below that M it loses (M = 1: one 4-warp CTA, twice the serial work per thread;
