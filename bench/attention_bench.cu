@@ -1182,9 +1182,12 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
   json cases = json::array();
   auto write_json = [&](const std::string& error) {
     if (opts.json_path.empty()) return;
+    // One option per line.
+    // clang-format off
     json options = {{"formats", opts.formats},
                     {"shapes", opts.shapes},
                     {"batch", opts.batch},
+                    {"smollm2_batch", opts.smollm2_batch},
                     {"iters", opts.iters},
                     {"warmup", opts.warmup},
                     {"warmup_ms", opts.warmup_ms},
@@ -1199,6 +1202,7 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
                     {"page_order", opts.page_order},
                     {"check", opts.check},
                     {"seed", opts.seed}};
+    // clang-format on
     json ceilings = {{"copy_bytes", ceil.copy_bytes},
                      {"copy", stats_json(ceil.copy)},
                      {"copy_gbps", ceil.copy_gbps},

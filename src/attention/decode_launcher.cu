@@ -268,7 +268,6 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan, &occ));
     const int ctas = p.batch * p.num_kv_heads;
     const int cap = std::min(occ, split_ctas_per_sm(*plan->kernel, plan->warps));
-    plan->num_splits = attention::choose_splits(ctas, dev.sm_count, cap, max_len, plan->warps * kBlockTokens);
     // 8-bit caches at head_dim 64 (s15c): a 4-warp CTA is limited by its own instruction stream, so an SM left with
     // 1-2 of its 4 slots streams far slower than the fitted rate says. When the unsplit grid fits in one round of
     // `cap` CTAs per SM, the split grid stays within one round; above that, partly filled SMs count at r / cap.
@@ -277,14 +276,13 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     // splits 53.6 -> unsplit 47.3, B = 256 unsplit 137.2 -> 2 splits 112.7; geomean regret over 10 batches 1.057
     // -> 1.006 (fp8 1.060 -> 1.006, int8-g32 1.040 -> 1.015). int4 V caches keep the estimate (the one-round cap cost
     // them up to 22% at B = 96).
-    const bool q8 = !k16 && p.k_format.kind != KvKind::kINT4 && p.v_format.kind != KvKind::kINT4;
-    const long long slots = static_cast<long long>(cap) * dev.sm_count;
-    if (q8 && p.head_dim < 128 && ctas <= slots) {
-      plan->num_splits = static_cast<int>(std::min<long long>(plan->num_splits, std::max(1LL, slots / ctas)));
-    } else if (q8 && p.head_dim < 128) {
-      plan->num_splits = attention::choose_splits(ctas, dev.sm_count, cap, max_len, plan->warps * kBlockTokens,
-                                                  /*linear_partial=*/true);
-    }
+    const bool q8_hd64 =
+        !k16 && p.k_format.kind != KvKind::kINT4 && p.v_format.kind != KvKind::kINT4 && p.head_dim < 128;
+    const long long planned_round = static_cast<long long>(cap) * dev.sm_count;
+    plan->num_splits = attention::choose_splits(ctas, dev.sm_count, cap, max_len, plan->warps * kBlockTokens,
+                                                /*linear_partial=*/q8_hd64 && ctas > planned_round);
+    if (q8_hd64 && ctas <= planned_round)
+      plan->num_splits = static_cast<int>(std::min<long long>(plan->num_splits, std::max(1LL, planned_round / ctas)));
     // One unsplit 16-warp CTA per SM instead of split 8-warp CTAs and the merge kernel, when at least 3/4 of the
     // SMs get one (int4 V caches, group_size <= 8). Measured on the H200 (docs/attention.md, v22), T = 8192, int4:
     // B = 128 45.3 -> 41.7 us (2 splits of 8 warps -> 1 of 16), B = 112 42.8 -> 39.1, B = 100 43.9 -> 39.3; an
@@ -309,8 +307,8 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     // the SMs a CTA, so the split adds only its merge. Measured on the H200 (SmolLM2 shape, head_dim 64, B = 64,
     // 192 CTAs in one round of 4 per SM): bf16 1 split 50.85 us, 2 splits (the estimate) 52.3-52.6, 3 57.0.
     if (k16 && plan->num_splits >= 2) {
-      const long long slots = static_cast<long long>(occ) * dev.sm_count;
-      const long long last = ctas % slots == 0 ? slots : ctas % slots;
+      const long long resident = static_cast<long long>(occ) * dev.sm_count;  // one round of the unsplit grid
+      const long long last = ctas % resident == 0 ? resident : ctas % resident;
       if (4 * last >= 3LL * dev.sm_count) plan->num_splits = 1;
     }
   }
