@@ -653,6 +653,20 @@ TEST(QdecCli, BadArgumentsAreUsageErrors) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
   }
 }
+
+#ifdef QDEC_CLI_HAS_BENCH
+// The attention benchmark's shape lists are checked before any GPU work: a bad batch size fails the run (code 1)
+// naming the option and the value, with or without a GPU.
+TEST(QdecCli, BenchAttentionRejectsBadBatchSizes) {
+  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"bench attention --shapes seed000 --batch 0", "--batch: 0 is not a positive batch size"},
+           {"bench attention --shapes smollm2 --smollm2-batch 64,-3", "--smollm2-batch: -3 is not a positive batch"}}) {
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+  }
+}
+#endif
 #endif
 
 }  // namespace
