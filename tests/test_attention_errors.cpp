@@ -82,7 +82,7 @@ TEST(DecodeErrors, CtaWarps) {
       },
       StatusCode::kUnsupported,
       "cta_warps 16 is not compiled for (bf16, bf16) at head_dim 128 and group_size 4; "
-      "supported: 0 (automatic), 8");
+      "supported: 0 (automatic), 8, 4");
   expect_error(
       [](Fixture& f) {
         const ContiguousKvLayout kl{{KvFormat::int4(4), 64, 64}, 2, 128, 2};

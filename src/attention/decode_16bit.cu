@@ -7,9 +7,9 @@ namespace qdec::attention {
 std::span<const DecodeKernelInfo> decode_kernels_16bit() {
   static const DecodeKernelInfo kList[] = {
       QDEC_DECODE_ENTRY(kBF16, 1, kBF16, 1, 64),
-      QDEC_DECODE_ENTRY(kBF16, 1, kBF16, 1, 128),
+      QDEC_DECODE_ENTRY_NARROW(kBF16, 1, kBF16, 1, 128),
       QDEC_DECODE_ENTRY(kFP16, 1, kFP16, 1, 64),
-      QDEC_DECODE_ENTRY(kFP16, 1, kFP16, 1, 128),
+      QDEC_DECODE_ENTRY_NARROW(kFP16, 1, kFP16, 1, 128),
   };
   return kList;
 }

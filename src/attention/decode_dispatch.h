@@ -26,6 +26,7 @@ struct DecodeKernelInfo {
   DecodeVariant base;         // decode_warps() warps: 8 at head_dim 128, 4 at 64
   DecodeVariant small_pages;  // int4 V at head_dim 128: 4 warps for pages of 16 and 32 tokens
   DecodeVariant wide;         // int4 V at head_dim 128: 16 warps, NH = 1 (decode_launcher.cu says when each runs)
+  DecodeVariant narrow;       // 16-bit caches at head_dim 128: 4 warps, two CTAs per SM for one-round grids
 };
 
 std::span<const DecodeKernelInfo> decode_kernels_16bit();
@@ -36,7 +37,8 @@ std::span<const DecodeKernelInfo> decode_kernels_int4();
 }  // namespace qdec::attention
 
 // Entries: QDEC_DECODE_ENTRY(K kind, K groups, V kind, V groups, head_dim) compiles the base variant;
-// QDEC_DECODE_ENTRY_INT4V adds the 4-warp (small pages) and 16-warp (NH = 1) kernels.
+// QDEC_DECODE_ENTRY_INT4V adds the 4-warp (small pages) and 16-warp (NH = 1) kernels; QDEC_DECODE_ENTRY_NARROW the
+// 4-warp kernel of 16-bit caches at head_dim 128.
 #define QDEC_DECODE_FMT(K, G) ::qdec::attention::Fmt<::qdec::KvKind::K, G>
 #define QDEC_DECODE_KERNEL(KK, KG, VK, VG, D, NH, W) \
   reinterpret_cast<const void*>(                     \
@@ -54,15 +56,22 @@ std::span<const DecodeKernelInfo> decode_kernels_int4();
 #define QDEC_DECODE_BASE(KK, KG, VK, VG, D) \
   QDEC_DECODE_VARIANT(KK, KG, VK, VG, D,    \
                       (::qdec::attention::decode_warps<QDEC_DECODE_FMT(KK, KG), QDEC_DECODE_FMT(VK, VG), D>()))
-#define QDEC_DECODE_ENTRY(KK, KG, VK, VG, D)                                                           \
-  ::qdec::attention::DecodeKernelInfo {                                                                \
-    ::qdec::KvKind::KK, KG, ::qdec::KvKind::VK, VG, D, QDEC_DECODE_BASE(KK, KG, VK, VG, D),            \
-        ::qdec::attention::DecodeVariant{0, {nullptr, nullptr}, 0}, ::qdec::attention::DecodeVariant { \
-      0, {nullptr, nullptr}, 0                                                                         \
-    }                                                                                                  \
+#define QDEC_DECODE_NONE             \
+  ::qdec::attention::DecodeVariant { \
+    0, {nullptr, nullptr}, 0         \
   }
-#define QDEC_DECODE_ENTRY_INT4V(KK, KG, VK, VG, D)                                                \
-  ::qdec::attention::DecodeKernelInfo {                                                           \
-    ::qdec::KvKind::KK, KG, ::qdec::KvKind::VK, VG, D, QDEC_DECODE_BASE(KK, KG, VK, VG, D),       \
-        QDEC_DECODE_VARIANT(KK, KG, VK, VG, D, 4), QDEC_DECODE_VARIANT_NH1(KK, KG, VK, VG, D, 16) \
+#define QDEC_DECODE_ENTRY(KK, KG, VK, VG, D)                                                                  \
+  ::qdec::attention::DecodeKernelInfo {                                                                       \
+    ::qdec::KvKind::KK, KG, ::qdec::KvKind::VK, VG, D, QDEC_DECODE_BASE(KK, KG, VK, VG, D), QDEC_DECODE_NONE, \
+        QDEC_DECODE_NONE, QDEC_DECODE_NONE                                                                    \
+  }
+#define QDEC_DECODE_ENTRY_INT4V(KK, KG, VK, VG, D)                                                                  \
+  ::qdec::attention::DecodeKernelInfo {                                                                             \
+    ::qdec::KvKind::KK, KG, ::qdec::KvKind::VK, VG, D, QDEC_DECODE_BASE(KK, KG, VK, VG, D),                         \
+        QDEC_DECODE_VARIANT(KK, KG, VK, VG, D, 4), QDEC_DECODE_VARIANT_NH1(KK, KG, VK, VG, D, 16), QDEC_DECODE_NONE \
+  }
+#define QDEC_DECODE_ENTRY_NARROW(KK, KG, VK, VG, D)                                                           \
+  ::qdec::attention::DecodeKernelInfo {                                                                       \
+    ::qdec::KvKind::KK, KG, ::qdec::KvKind::VK, VG, D, QDEC_DECODE_BASE(KK, KG, VK, VG, D), QDEC_DECODE_NONE, \
+        QDEC_DECODE_NONE, QDEC_DECODE_VARIANT(KK, KG, VK, VG, D, 4)                                           \
   }

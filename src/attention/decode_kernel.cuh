@@ -41,7 +41,8 @@ namespace qdec::attention {
 
 // Warps per CTA (a warp owns one block16 of every pipeline stage): 8 at head_dim 128, 4 at head_dim 64. int4 V caches
 // at head_dim 128 also have a 4-warp kernel (pages of 16 and 32 tokens) and a 16-warp one (group_size <= 8) for one
-// unsplit CTA per SM (decode_dispatch.h, decode_launcher.cu). Measured on the H200
+// unsplit CTA per SM, and 16-bit caches at head_dim 128 a 4-warp one for unsplit grids of two CTAs per SM
+// (decode_dispatch.h, decode_launcher.cu). Measured on the H200
 // (docs/attention.md, v22): one 8-warp CTA per (sequence, KV head) streams an 8- or 16-bit cache as fast as two of 4
 // warps with half the splits (B = 128 needs none, and no merge kernel: -2.4..-4.4%), and two 8-warp CTAs per SM run
 // the instruction-bound int4 loop faster than four of 4 warps (B = 256 int4 -4.6%, B = 512 -5.1%).

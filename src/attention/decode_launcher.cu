@@ -180,7 +180,8 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     plan->warps = v.warps;
     plan->smem_bytes = v.smem_bytes;
   };
-  const attention::DecodeVariant* variants[] = {&plan->kernel->base, &plan->kernel->small_pages, &plan->kernel->wide};
+  const attention::DecodeVariant* variants[] = {&plan->kernel->base, &plan->kernel->small_pages, &plan->kernel->wide,
+                                                &plan->kernel->narrow};
   if (p.cta_warps < 0) return invalid("cta_warps " + std::to_string(p.cta_warps) + " must be >= 0 (0 = automatic)");
   if (p.cta_warps > 0) {
     std::string supported;
@@ -310,6 +311,33 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
       const long long resident = static_cast<long long>(occ) * dev.sm_count;  // one round of the unsplit grid
       const long long last = ctas % resident == 0 ? resident : ctas % resident;
       if (4 * last >= 3LL * dev.sm_count) plan->num_splits = 1;
+    }
+    // 16-bit caches at head_dim 128 (group_size <= 8, pages of 64 tokens or more): unsplit 4-warp CTAs (two per SM)
+    // instead of 8-warp ones (one per SM), when the grid has at least 2/3 as many CTAs as there are SMs and the
+    // 4-warp grid fits in one round or fills >= 3/4 of its last. Past one 8-warp round, that grid's short last round
+    // left most SMs idle (or the plan split to avoid it), and below it the 4-warp CTAs, one or two per SM, streamed
+    // as fast or faster. Measured on the H200 (session 16, docs/results/attention_narrow_s16_h200.txt, T = 8192,
+    // group_size 8, bf16, previous plan -> 4-warp unsplit, same call): B = 96 101.9 -> 96.4 us (4 splits before),
+    // 100 100.8 -> 99.1 (unsplit 8-warp), 120 118.7 -> 117.7, 128 126.5 -> 126.3; B = 140 145.6 -> 140.1 (4 splits),
+    // 160 163.0 -> 162.4 (4), 200 194.2 -> 193.3 (3), 232 238.0 -> 219.2 (unsplit), 256 242.3 -> 236.0, 512 487.4 ->
+    // 471.8 (last round 248 of 264). Where the rule does not apply the 4-warp grid lost: B = 300 (last round 36 of
+    // 264) 286.7 -> 297.6, 384 (120 of 264) 363.7 -> 404.2; below 2/3 of the SMs it is split and no faster (B = 32,
+    // 64: within 1%). B = 464 (200 of 264) is on the line: 463.3 -> 465.5.
+    const attention::DecodeVariant& narrow = plan->kernel->narrow;
+    if (k16 && p.head_dim == 128 && nh == 0 && p.cta_warps == 0 && p.page_size >= 64 && narrow.func[0] != nullptr &&
+        3LL * ctas >= 2LL * dev.sm_count) {
+      Plan alt = *plan;
+      alt.func = narrow.func[0];
+      alt.warps = narrow.warps;
+      alt.smem_bytes = narrow.smem_bytes;
+      int occ_narrow = 0;
+      QDEC_RETURN_IF_ERROR(kernel_occupancy(alt, &occ_narrow));
+      const long long slots = static_cast<long long>(occ_narrow) * dev.sm_count;
+      const long long last = ctas % slots == 0 ? slots : ctas % slots;
+      if (occ_narrow >= 2 && (ctas <= slots || 4 * last >= 3 * slots)) {  // measured at 2 per SM only
+        use(narrow);
+        plan->num_splits = 1;
+      }
     }
   }
   plan->workspace_bytes =
