@@ -147,6 +147,13 @@ TEST(DecodeErrors, BadSplitsAndStride) {
 }
 TEST(DecodeErrors, MoreBadValues) {
   expect_error([](Fixture& f) { f.p.batch = 70000; }, StatusCode::kInvalidArgument, "batch 70000");
+  expect_error(
+      [](Fixture& f) {
+        f.p.batch = 65535;
+        f.p.num_kv_heads = 4096;
+        f.p.num_qo_heads = 65536;  // group_size 16
+      },
+      StatusCode::kInvalidArgument, "batch * num_qo_heads = 4294901760 exceeds 2147483647");
   expect_error([](Fixture& f) { f.p.v_page_stride_bytes = 32; }, StatusCode::kInvalidArgument,
                "v_page_stride_bytes 32");
   expect_error([](Fixture& f) { f.p.num_pages = 3; }, StatusCode::kInvalidArgument, "num_pages 3");

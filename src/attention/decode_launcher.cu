@@ -1,6 +1,7 @@
 // Host side of decode attention: validation (everything checked before anything is launched), kernel
 // lookup in the dispatch list, split-count planning from occupancy and sequence length, and the launches.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -146,6 +147,10 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
   if (group_size > 16)
     return Status(StatusCode::kUnsupported,
                   "group_size " + std::to_string(group_size) + " (num_qo_heads / num_kv_heads) exceeds 16");
+  // The plan and the merge count (sequence, head) rows and (sequence, KV head) CTAs in int.
+  const long long rows = static_cast<long long>(p.batch) * p.num_qo_heads;
+  if (rows > INT_MAX)
+    return invalid("batch * num_qo_heads = " + std::to_string(rows) + " exceeds " + std::to_string(INT_MAX));
   if (p.head_dim != 64 && p.head_dim != 128)
     return Status(StatusCode::kUnsupported,
                   "head_dim " + std::to_string(p.head_dim) + " is not supported (supported: 64, 128)");
