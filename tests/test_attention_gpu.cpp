@@ -202,8 +202,9 @@ void run_case(const Case& c, uint64_t seed) {
   }
   if (c.narrow_plan) {
     // Unsplit 4-warp CTAs (two per SM) when the grid has >= 2/3 as many CTAs as SMs and fits in one round of them
-    // or fills >= 3/4 of its last (decode_launcher.cu). The 4-warp kernel takes ~97 KB of shared memory: two per SM
-    // need an SM of 200 KB or more (sm_90: 228 KB); elsewhere the rule is off and this check is skipped.
+    // or fills >= 3/4 of its last; unsplit 8-warp CTAs from 2/5 to 2/3 of the SMs (decode_launcher.cu). The 4-warp
+    // kernel takes ~97 KB of shared memory: two per SM need an SM of 200 KB or more (sm_90: 228 KB); elsewhere the
+    // rule is off and this check is skipped.
     int sms = 0, smem_per_sm = 0;
     QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
@@ -211,9 +212,10 @@ void run_case(const Case& c, uint64_t seed) {
       const int ctas = batch * num_kv_heads, slots = 2 * sms;
       const int last = ctas % slots == 0 ? slots : ctas % slots;
       const bool narrow = 3 * ctas >= 2 * sms && (ctas <= slots || 4 * last >= 3 * slots);
+      const bool unsplit8 = 5 * ctas >= 2 * sms && 3 * ctas < 2 * sms;
       EXPECT_EQ(used_warps, narrow ? 4 : 8) << "ctas " << ctas << " on " << sms << " SMs";
-      if (narrow) {
-        EXPECT_EQ(used_splits, 1);
+      if (narrow || unsplit8) {
+        EXPECT_EQ(used_splits, 1) << "ctas " << ctas << " on " << sms << " SMs";
       }
     } else {
       std::printf("note: %d bytes of shared memory per SM: the 4-warp plan does not apply here\n", smem_per_sm);
@@ -339,10 +341,11 @@ std::vector<Case> narrow_cases() {
       for (int len : {1, 7, 129, 1000, 8192, 0})
         for (int splits : {0, 1, 3}) cases.push_back({pr.k, pr.v, 128, gs, len, splits, 64, false, 4});
     for (int page : {16, 64}) cases.push_back({pr.k, pr.v, 128, 8, 0, 0, page, true, 4});
-    // The automatic plan, on 132 SMs: 80 (sequence, KV head) pairs (8 warps, split), 100 and 200 (one round of
-    // 4-warp CTAs; 100 at T = 6144 too, where the split estimate alone plans 5 splits), 300 (36 in the last round:
-    // 8 warps).
-    for (const auto& [batch, len] : {std::pair{40, 1000}, {50, 1000}, {50, 6144}, {100, 1000}, {150, 1000}}) {
+    // The automatic plan, on 132 SMs: 40 (sequence, KV head) pairs (8 warps, split), 80 (8 warps, unsplit), 100 and
+    // 200 (one round of 4-warp CTAs; 100 at T = 6144 too, where the split estimate alone plans 5 splits), 300 (36 in
+    // the last round: 8 warps).
+    for (const auto& [batch, len] :
+         {std::pair{20, 1000}, {40, 1000}, {50, 1000}, {50, 6144}, {100, 1000}, {150, 1000}}) {
       Case c{pr.k, pr.v, 128, 4, len, 0, 64, false, 0, batch};
       c.narrow_plan = true;
       cases.push_back(c);

@@ -326,11 +326,17 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     // 100 100.8 -> 99.1 (unsplit 8-warp), 120 118.7 -> 117.7, 128 126.5 -> 126.3; B = 140 145.6 -> 140.1 (4 splits),
     // 160 163.0 -> 162.4 (4), 200 194.2 -> 193.3 (3), 232 238.0 -> 219.2 (unsplit), 256 242.3 -> 236.0, 512 487.4 ->
     // 471.8 (last round 248 of 264). Where the rule does not apply the 4-warp grid lost: B = 300 (last round 36 of
-    // 264) 286.7 -> 297.6, 384 (120 of 264) 363.7 -> 404.2; below 2/3 of the SMs it is split and no faster (B = 32,
-    // 64: within 1%). B = 464 (200 of 264) is on the line: 463.3 -> 465.5.
+    // 264) 286.7 -> 297.6, 384 (120 of 264) 363.7 -> 404.2. B = 464 (200 of 264) is on the line: 463.3 -> 465.5.
+    // From 2/5 to 2/3 of the SMs the 8-warp kernel runs unsplit: one CTA on each of fewer SMs streams faster than
+    // the split grid with its merge (docs/results/attention_smallb_s16_h200.txt, same call, split plan -> unsplit
+    // 8 warps): B = 56 61.3 -> 58.7 us (2 splits), 64 69.7 -> 67.2 (2), 72 83.2 -> 74.7 (5), 80 90.6 -> 82.5 (3), 84
+    // 91.6 -> 85.4 (3); the 4-warp kernel unsplit was 3-13% slower than that there. At B = 32 (a quarter of the SMs)
+    // the split plan stays (4 splits 38.2 us, unsplit 43.8).
     const attention::DecodeVariant& narrow = plan->kernel->narrow;
-    if (k16 && p.head_dim == 128 && nh == 0 && p.cta_warps == 0 && p.page_size >= 64 && narrow.func[0] != nullptr &&
-        3LL * ctas >= 2LL * dev.sm_count) {
+    const bool k16_hd128 = k16 && p.head_dim == 128 && nh == 0 && p.cta_warps == 0 && p.page_size >= 64;
+    if (k16_hd128 && plan->warps == 8 && 5LL * ctas >= 2LL * dev.sm_count && 3LL * ctas < 2LL * dev.sm_count)
+      plan->num_splits = 1;
+    if (k16_hd128 && narrow.func[0] != nullptr && 3LL * ctas >= 2LL * dev.sm_count) {
       Plan alt = *plan;
       alt.func = narrow.func[0];
       alt.warps = narrow.warps;
