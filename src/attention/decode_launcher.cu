@@ -330,7 +330,7 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     // From 2/5 to 2/3 of the SMs the 8-warp kernel runs unsplit: one CTA on each of fewer SMs streams faster than
     // the split grid with its merge (docs/results/attention_smallb_s16_h200.txt, same call, split plan -> unsplit
     // 8 warps): B = 56 61.3 -> 58.7 us (2 splits), 64 69.7 -> 67.2 (2), 72 83.2 -> 74.7 (5), 80 90.6 -> 82.5 (3), 84
-    // 91.6 -> 85.4 (3); the 4-warp kernel unsplit was 3-13% slower than that there. At B = 32 (a quarter of the SMs)
+    // 91.6 -> 85.4 (3); the 4-warp kernel unsplit was 1-13% slower than that there. At B = 32 (a quarter of the SMs)
     // the split plan stays (4 splits 38.2 us, unsplit 43.8).
     const attention::DecodeVariant& narrow = plan->kernel->narrow;
     const bool k16_hd128 = k16 && p.head_dim == 128 && nh == 0 && p.cta_warps == 0 && p.page_size >= 64;
