@@ -180,11 +180,12 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
   // 2-6% slower at B = 32, 512 and long 32K, and 16 of 95 paged cases more than 5% over their contiguous cache;
   // docs/attention.md v22), or, below, the 16-warp one; cta_warps asks for any compiled one.
   const int nh = group_size <= 8 ? 0 : 1;
-  const auto use = [&](const attention::DecodeVariant& v) {
-    plan->func = v.func[nh];
-    plan->warps = v.warps;
-    plan->smem_bytes = v.smem_bytes;
+  const auto assign = [nh](Plan& q, const attention::DecodeVariant& v) {
+    q.func = v.func[nh];
+    q.warps = v.warps;
+    q.smem_bytes = v.smem_bytes;
   };
+  const auto use = [&](const attention::DecodeVariant& v) { assign(*plan, v); };
   const attention::DecodeVariant* variants[] = {&plan->kernel->base, &plan->kernel->small_pages, &plan->kernel->wide,
                                                 &plan->kernel->narrow};
   if (p.cta_warps < 0) return invalid("cta_warps " + std::to_string(p.cta_warps) + " must be >= 0 (0 = automatic)");
@@ -337,10 +338,8 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     if (k16_hd128 && plan->warps == 8 && 5LL * ctas >= 2LL * dev.sm_count && 3LL * ctas < 2LL * dev.sm_count)
       plan->num_splits = 1;
     if (k16_hd128 && narrow.func[0] != nullptr && 3LL * ctas >= 2LL * dev.sm_count) {
-      Plan alt = *plan;
-      alt.func = narrow.func[0];
-      alt.warps = narrow.warps;
-      alt.smem_bytes = narrow.smem_bytes;
+      Plan alt = *plan;  // the plan with the 4-warp kernel, for its occupancy
+      assign(alt, narrow);
       int occ_narrow = 0;
       QDEC_RETURN_IF_ERROR(kernel_occupancy(alt, &occ_narrow));
       const long long slots = static_cast<long long>(occ_narrow) * dev.sm_count;
