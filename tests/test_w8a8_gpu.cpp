@@ -142,9 +142,10 @@ TEST_P(W8A8Channel, MatchesReference) {
     int dev = 0, sms = 0;
     QDEC_CUDA_CHECK(cudaGetDevice(&dev));
     QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const long long units = static_cast<long long>((c.m + 127) / 128) * ((c.n + 255) / 256) * wg_splits;
-    const bool take_wgmma = wgmma_ok && c.m <= kW8A8AutoWgmmaMaxM &&
-                            w8a8_wgmma_steps(c.m, c.n, c.k) >= kW8A8AutoWgmmaMinSteps && 2 * units >= sms;
+    const long long units = static_cast<long long>((c.m + 127) / 128) * ((c.n + 127) / 128) * wg_splits;
+    const long long min_steps = c.m >= kW8A8AutoWgmmaMinM ? kW8A8AutoWgmmaMinSteps : kW8A8AutoWgmmaSmallMMinSteps;
+    const bool take_wgmma = wgmma_ok && c.m <= kW8A8AutoWgmmaMaxM && w8a8_wgmma_steps(c.m, c.n, c.k) >= min_steps &&
+                            2 * units >= sms;
     expected = c.m <= kW8A8AutoMmaMaxM ? W8A8Backend::kMma : take_wgmma ? W8A8Backend::kWgmma : W8A8Backend::kCublasLt;
   }
   ASSERT_EQ(used, expected);
@@ -194,7 +195,7 @@ std::vector<ChannelCase> channel_cases() {
   v.push_back({40, 64, 1024, W8A8Backend::kMma, 1000, false, GemmDType::kFP32});
   v.push_back({64, 4096, 4096, W8A8Backend::kMma, 0, true, GemmDType::kBF16});
   v.push_back({33, 1000, 14336, W8A8Backend::kMma, 0, false, GemmDType::kFP16});
-  // The wgmma backend (sm_90a; skips elsewhere): M, N and K tails of its 128 x 256 x 128 tiles, several stage
+  // The wgmma backend (sm_90a; skips elsewhere): M, N and K tails of its 128 x 128 x 128 tiles, several stage
   // rounds, every output dtype, bias on and off.
   v.push_back({1, 96, 48, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16});
   v.push_back({100, 301, 1040, W8A8Backend::kWgmma, 0, false, GemmDType::kFP16});
@@ -209,9 +210,15 @@ std::vector<ChannelCase> channel_cases() {
   // More units than SMs: the persistent CTAs take several tiles (and splits) each, the ring running on across them.
   v.push_back({2048, 4352, 256, W8A8Backend::kWgmma, 0, true, GemmDType::kFP16});
   v.push_back({1200, 2600, 1040, W8A8Backend::kWgmma, 2, false, GemmDType::kBF16});
-  // kAuto at the wgmma threshold (8 x 8 x 28 = kW8A8AutoWgmmaMinSteps tile steps, 64 tiles x 2 splits): wgmma on
-  // sm_90a, cuBLASLt elsewhere.
-  v.push_back({1024, 2048, 3584, W8A8Backend::kAuto, 0, true, GemmDType::kBF16});
+  // kAuto at the wgmma thresholds (1 x 16 x 48 = kW8A8AutoWgmmaMinSteps tile steps, 32 tiles of 128 x 128 in 4
+  // splits): wgmma on sm_90a at M = kW8A8AutoWgmmaMinM .. 128, cuBLASLt elsewhere and below; one K step fewer
+  // (K = 6016) is under the bound.
+  v.push_back({128, 4096, 6144, W8A8Backend::kAuto, 0, true, GemmDType::kBF16});
+  v.push_back({kW8A8AutoWgmmaMinM, 4096, 6144, W8A8Backend::kAuto, 0, false, GemmDType::kFP16});
+  v.push_back({kW8A8AutoWgmmaMinM - 1, 4096, 6144, W8A8Backend::kAuto, 0, true, GemmDType::kBF16});
+  v.push_back({128, 4096, 6016, W8A8Backend::kAuto, 0, true, GemmDType::kBF16});
+  // Below kW8A8AutoWgmmaMinM only large problems take wgmma (1 x 32 x 64 = kW8A8AutoWgmmaSmallMMinSteps).
+  v.push_back({48, 8192, 8192, W8A8Backend::kAuto, 0, false, GemmDType::kBF16});
   return v;
 }
 

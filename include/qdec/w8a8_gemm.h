@@ -12,13 +12,15 @@
 //              bound (small M)
 //   kCublasLt  cuBLASLt int8 x int8 -> int32 into the workspace, then qdec's epilogue kernel (cuBLASLt has no
 //              int8 kernel with a 16-bit output or per-row x per-column scales on sm_90: measured, docs/int8_gemm.md)
-//   kWgmma     qdec's sm_90a kernel: persistent CTAs of 128 x 256 tiles, TMA into a 4-stage ring, wgmma.m64n256k32 s8
-//              from shared memory, int32 split-K through the workspace where tiles are few, epilogue fused from the
+//   kWgmma     qdec's sm_90a kernel: persistent CTAs whose two consumer warpgroups take 128 x 128 tiles in turn
+//              (one's epilogue under the other's math), TMA into a shared-memory ring, wgmma.m64n128k32 s8 from
+//              shared memory, int32 split-K through the workspace where tiles are few, epilogue fused from the
 //              accumulator registers; Unsupported (a Status, nothing launched) on other devices or builds without
 //              sm_90a
-//   kAuto      kMma for M <= kW8A8AutoMmaMaxM; up to kW8A8AutoWgmmaMaxM, kWgmma where it is supported, the problem
-//              has at least kW8A8AutoWgmmaMinSteps tile k-steps (w8a8_wgmma_steps) and its (tile, split) units fill at
-//              least half the SMs; else kCublasLt (w8a8_plan says which)
+//   kAuto      kMma for M <= kW8A8AutoMmaMaxM; above, kWgmma where it is supported, the problem has at least
+//              kW8A8AutoWgmmaMinSteps 128 x 256 x 128 tile steps (w8a8_wgmma_steps) from M = kW8A8AutoWgmmaMinM,
+//              kW8A8AutoWgmmaSmallMMinSteps below, and its 128 x 128 (tile, split) units are at least half as many
+//              as the SMs; else kCublasLt (w8a8_plan says which; w8a8_auto_wgmma_size is the size part)
 //
 // Per K-block (seed 003): both operands quantized per block of 32 / 64 / 128 along K with scale and offset;
 //   Y[m, n] = sum_blocks (sA sB C + sA oB SA + oA sB SB + L oA oB) (+ bias[n]), C the int32 block dot product and
@@ -39,15 +41,26 @@ const char* w8a8_backend_name(W8A8Backend b);
 
 // Largest M for which kAuto takes the kMma kernel (from the H200 measurements in docs/int8_gemm.md).
 inline constexpr int kW8A8AutoMmaMaxM = 16;
-// The wgmma kernel's work in 128 x 256 x 128 tile steps: ceil(M / 128) * ceil(N / 256) * ceil(K / 128). The kAuto
-// bounds come from the H200 tables in docs/int8_gemm.md: below 1792 steps (e.g. 256 x 4096 x 4096, 1024 steps) and
-// with units for under half the SMs (64 x 4096 x 14336: 16 tiles x 4 splits) cuBLASLt + epilogue was faster; at
-// M = 4096 the two were within 5% on 5 of 7 shapes (order varying between runs) and cuBLASLt faster on the other
-// two. M = 2048 was not measured: the bound sits between.
-inline constexpr long long kW8A8AutoWgmmaMinSteps = 1792;
-inline constexpr int kW8A8AutoWgmmaMaxM = 2048;
+// The problem size in 128 x 256 x 128 tile steps: ceil(M / 128) * ceil(N / 256) * ceil(K / 128). The kAuto bounds
+// come from the H200 tables in docs/int8_gemm.md (session 17, the ping-pong kernel, 7 shapes x M = 32 ... 4096):
+// from M = 128 kWgmma was faster than cuBLASLt + epilogue (or tied) on every shape of at least 768 steps (6144 x
+// 4096 at M = 128) and lost below (1280 x 8192 at M = 256: 640 steps, 18.5 against 16.8 us; 4096 x 4096 at M = 128:
+// 512); at M = 32 and 64 it won only on
+// the largest problems (28672 x 4096 at M = 64: 46 us against 113 for cuBLASLt's pick; 8192 x 8192) and lost on
+// 4096 x 14336 (1792 steps) and below; at M = 4096 it was faster on 6 of 7 shapes (cuBLASLt + epilogue on 4096 x
+// 14336 by 5-10%), so there is no upper bound.
+inline constexpr int kW8A8AutoWgmmaMinM = 65;
+inline constexpr long long kW8A8AutoWgmmaMinSteps = 768;
+inline constexpr long long kW8A8AutoWgmmaSmallMMinSteps = 2048;
+inline constexpr int kW8A8AutoWgmmaMaxM = 1 << 20;
 inline long long w8a8_wgmma_steps(int m, int n, int k) {
   return static_cast<long long>((m + 127) / 128) * ((n + 255) / 256) * ((k + 127) / 128);
+}
+// The size part of kAuto's choice of kWgmma (the plan adds: supported, units for half the SMs).
+inline bool w8a8_auto_wgmma_size(int m, int n, int k) {
+  if (m <= kW8A8AutoMmaMaxM || m > kW8A8AutoWgmmaMaxM) return false;
+  return w8a8_wgmma_steps(m, n, k) >=
+         (m >= kW8A8AutoWgmmaMinM ? kW8A8AutoWgmmaMinSteps : kW8A8AutoWgmmaSmallMMinSteps);
 }
 // N and M limits of the kernels (grid dimensions, int32 indexing of the workspace).
 inline constexpr int kW8A8MaxM = 1 << 20;

@@ -2,17 +2,22 @@
 //
 //   Y[M, N] = (fp32(acc) * s_x[m]) * s_w[n] (+ bias[n]),  acc = Xq[M, K] . Wq[N, K]^T in int32 (channel_epilogue)
 //
-// CTA tile 128 (M) x 256 (N), K in steps of 128 bytes through a 4-stage shared-memory ring filled by TMA
-// (cp.async.bulk.tensor, 128-byte swizzle) and drained by wgmma.m64n256k32.s32.s8.s8 with both operands read from
+// Tiles of 128 (M) x 128 (N), K in steps of 128 bytes through a kStages-deep shared-memory ring filled by TMA
+// (cp.async.bulk.tensor, 128-byte swizzle) and drained by wgmma.m64n128k32.s32.s8.s8 with both operands read from
 // shared memory (K-major, the layout X and W have in memory). 3 warpgroups: warpgroup 0's first thread issues the
-// copies (full / empty mbarrier pairs per stage), warpgroups 1 and 2 each own 64 rows of the tile (128 int32
-// accumulators per thread) and apply the epilogue from registers. Persistent: at most one CTA per SM walks the
-// (tile, split) units. K, M and N tails come from TMA's zero fill of out-of-bounds boxes; the epilogue stores only
-// rows < M and columns < N. Split-K (few tiles, long K) sums int32 partials through the workspace, exactly.
+// copies (full / empty mbarrier pairs per stage); warpgroups 1 and 2 are consumers that take the CTA's tiles in
+// turn ("ping-pong"): each computes a whole tile (two m64n128 halves, 128 int32 accumulators per thread) and
+// applies the epilogue from its registers while the other one's wgmma runs. Persistent: at most one CTA per SM
+// walks the (tile, split) units. K, M and N tails come from TMA's zero fill of out-of-bounds boxes; the epilogue
+// stores only rows < M and columns < N. Split-K (few tiles, long K) sums int32 partials through the workspace,
+// exactly.
 //
-// Measured on the H200 and not kept (docs/int8_gemm.md): clusters of 2 CTAs sharing W by TMA multicast (no faster
-// with a plain remote arrive, 1.4x slower with arrive.release.cluster), 64-byte K steps with 8 stages (20% slower),
-// one CTA per tile with the epilogue staged through shared memory (slower at M >= 4096 and with split-K).
+// Measured on the H200 and not kept (docs/int8_gemm.md): 128 x 256 tiles shared by both consumers (64 rows each,
+// a 4-stage ring; session 5's kernel, 1.0-1.27x this one's time but for two long-K shapes at M = 1024), the
+// ping-pong kernel without setmaxnreg (spilled; slower than session 5's on 10 of 21 cells), clusters of 2 CTAs
+// sharing W by TMA multicast (session 5: no faster; session 17 on this kernel: 3-8% slower), 4, 5 and 7 stages (7:
+// no static shared memory, the scales after the ring; no faster than 6 at M >= 1024, 2-8% slower below),
+// 64-byte K steps with 8 stages (20% slower), one CTA per tile with the epilogue staged through shared memory.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -30,9 +35,16 @@
 namespace qdec::w8a8 {
 namespace {
 
-// K step kBK = 128 bytes: the row of a box is one 128-byte swizzle span. (64-byte steps with 8 stages, so that more
-// loads are in flight, measured 20% slower on the H200.)
-constexpr int kBM = 128, kBN = 256, kBK = 128, kStages = 4;
+// CTA tile per consumer warpgroup 128 (M) x 128 (N); K step kBK = 128 bytes: the row of a box is one 128-byte
+// swizzle span. (64-byte steps with 8 stages, so that more loads are in flight, measured 20% slower on the H200.)
+constexpr int kBM = 128, kBN = 128, kBK = 128;
+#ifndef QDEC_W8A8_WGMMA_STAGES
+#define QDEC_W8A8_WGMMA_STAGES 6
+#endif
+constexpr int kStages = QDEC_W8A8_WGMMA_STAGES;
+#ifndef QDEC_W8A8_WGMMA_SETMAXNREG
+#define QDEC_W8A8_WGMMA_SETMAXNREG 1
+#endif
 constexpr int kABytes = kBM * kBK, kBBytes = kBN * kBK, kStageBytes = kABytes + kBBytes;
 constexpr int kThreadsWg = 384;
 constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment slack (the ring starts 1024-byte aligned)
@@ -69,9 +81,19 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// Named barrier 1: the two consumer warpgroups (256 threads; the producer warpgroup does not take part).
-__device__ __forceinline__ void consumers_bar() {
-  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+// Named barrier 1 + c: the 128 threads of consumer warpgroup c alone (the other consumer is elsewhere in its tile).
+__device__ __forceinline__ void consumer_bar(int c) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
+}
+// Mainloop order of the two consumers (named barriers 3 and 4, 256 threads): consumer c waits on 3 + c until the
+// other one has issued the whole mainloop of the unit before c's, which signals it with bar.arrive. So a consumer
+// never waits on a stage's full barrier more than one phase ahead of the producer (a parity wait would pass on the
+// older phase and read a stage that was never filled), and the two mainloops do not share the tensor pipe.
+__device__ __forceinline__ void order_wait(int c) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(3 + c) : "memory");
+}
+__device__ __forceinline__ void order_signal(int c) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - c) : "memory");
 }
 
 // Output tile order: groups of kGroupM row blocks, row blocks fastest within a group, so that the CTAs working at
@@ -96,14 +118,73 @@ __device__ __forceinline__ void store2(void* y, size_t i, float v0, float v1) {
   }
 }
 
-// Split-K partials: a (tile, split) unit's 256 consumer threads x 128 int32, stored as 32 int4 per thread,
-// chunk j of thread t at j * 256 + t (a warp's store is 512 contiguous bytes).
-constexpr int kPartialChunks = 32 * 256;
+// Split-K partials: a (tile, split) unit's 128 consumer threads x 128 int32, stored as 32 int4 per thread,
+// chunk j of thread t at j * 128 + t (a warp's store is 512 contiguous bytes).
+constexpr int kPartialChunks = 32 * 128;
 
-// Persistent: the grid is at most one CTA per SM, each walking units (tile, split) with a stride of the grid; the
-// ring's stage and phase run on across units, so the producer loads the next unit while the consumers are in the
-// epilogue of the current one. The epilogue stores straight from the accumulator registers (only the tile's scales
-// and bias pass through shared memory).
+// k-steps of unit u (the last split of a tile may be shorter; >= 1 by the host plan).
+__device__ __forceinline__ int unit_ksteps(int u, const WgmmaArgs& a) {
+  const int kt0 = (u % a.splits) * a.kt_per_split;
+  return min(a.nk, kt0 + a.kt_per_split) - kt0;
+}
+
+// Epilogue of one 64-row half of a consumer's tile from its m64n128 accumulators: warp w holds rows
+// 16w + lane / 4 (+ 8); register 4j + i holds column 8j + 2 (lane % 4) + (i & 1), the row + 8 for i >= 2 (PTX ISA,
+// wgmma D fragment layout). Same arithmetic as channel_epilogue: (fp32(acc) * s_x) * s_w, then + bias, each
+// rounded once.
+template <int kY>
+__device__ __forceinline__ void store_half(const uint32_t (&d)[64], const WgmmaArgs& a, int rt0, int m0, int n0,
+                                           const float* sx_s, const float* sw_s, const float* bias_s) {
+  const int lane = threadIdx.x % 32, ct0 = 2 * (lane % 4);
+  const bool has_bias = a.bias != nullptr;
+#pragma unroll
+  for (int r8 = 0; r8 < 2; ++r8) {
+    const int rt = rt0 + 8 * r8, row = m0 + rt;
+    if (row >= a.m) continue;
+    const float sx = sx_s[rt];
+    const size_t base = size_t(row) * size_t(a.ldy);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int ct = ct0 + 8 * j, col = n0 + ct;
+      if (col >= a.n) break;
+      const int acc0 = int(d[4 * j + 2 * r8]), acc1 = int(d[4 * j + 2 * r8 + 1]);
+      float v0 = __fmul_rn(__fmul_rn(__int2float_rn(acc0), sx), sw_s[ct]);
+      float v1 = __fmul_rn(__fmul_rn(__int2float_rn(acc1), sx), sw_s[ct + 1]);
+      if (has_bias) {
+        v0 = __fadd_rn(v0, bias_s[ct]);
+        v1 = __fadd_rn(v1, bias_s[ct + 1]);
+      }
+      if (a.vec_y && col + 1 < a.n) {
+        store2<kY>(a.y, base + col, v0, v1);
+      } else {
+        store_y(a.y, a.ldy, kY, row, col, v0);
+        if (col + 1 < a.n) store_y(a.y, a.ldy, kY, row, col + 1, v1);
+      }
+      if (a.acc) {
+        a.acc[size_t(row) * a.n + col] = acc0;
+        if (col + 1 < a.n) a.acc[size_t(row) * a.n + col + 1] = acc1;
+      }
+    }
+  }
+}
+
+// Adds the int4 chunks [j0, j0 + 16) of a split partial to one half's accumulators.
+__device__ __forceinline__ void add_partial(uint32_t (&d)[64], const int4* src) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int4 o = __ldcg(src + j * 128);
+    d[4 * j] += uint32_t(o.x);
+    d[4 * j + 1] += uint32_t(o.y);
+    d[4 * j + 2] += uint32_t(o.z);
+    d[4 * j + 3] += uint32_t(o.w);
+  }
+}
+
+// Persistent ping-pong: the grid is at most one CTA per SM, each walking units (tile, split) with a stride of the
+// grid; its units alternate between the two consumer warpgroups, each of which computes a whole 128 x 128 tile
+// (two m64n128 halves) and stores it, so that one consumer's epilogue runs under the other's wgmma. The producer
+// fills the ring in unit order and both consumers take their stages in that order, so the ring's stage and phase
+// run on across units and consumers.
 template <int kY>
 __global__ void __launch_bounds__(kThreadsWg, 1)
     w8a8_wgmma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
@@ -111,29 +192,38 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages], empty_bar[kStages];
-  __shared__ int is_last;
-  __shared__ float sw_s[kBN], bias_s[kBN], sx_s[kBM];
+  __shared__ int is_last[2];
+  __shared__ float sw_s[2][kBN], bias_s[2][kBN], sx_s[2][kBM];
   uint8_t* ring = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t ring_s = smem_u32(ring);
   const int tid = threadIdx.x, wg = tid / 128;
+  // Units: (tile, split), walked with a stride of the grid.
+  const int first = blockIdx.x, stride = gridDim.x;
   const int units = a.tiles_m * a.tiles_n * a.splits;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
-      mbar_init(smem_u32(&empty_bar[s]), 2);  // one arrival per consumer warpgroup
+      mbar_init(smem_u32(&empty_bar[s]), 1);  // one arrival: the consumer warpgroup of the stage's unit
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
+#if QDEC_W8A8_WGMMA_SETMAXNREG
+  // Registers: the producer warpgroup gives most of its share to the consumers (40 + 2 x 232 of 3 x 168 per thread).
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  }
+#endif
   if (wg == 0) {  // producer: one thread issues every copy
     if (tid == 0) {
       int g = 0;  // k-steps issued by this CTA so far (all units): stage g % kStages, round g / kStages
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const int split = u % a.splits;
+      for (int u = first; u < units; u += stride) {
         int mb, nb;
         raster(u / a.splits, a.tiles_m, a.tiles_n, &mb, &nb);
-        const int kt0 = split * a.kt_per_split, nkt = min(a.nk, kt0 + a.kt_per_split) - kt0;  // >= 1 (host plan)
+        const int kt0 = (u % a.splits) * a.kt_per_split, nkt = unit_ksteps(u, a);
         for (int i = 0; i < nkt; ++i, ++g) {
           const int s = g % kStages, round = g / kStages;
           if (round > 0) mbar_wait(smem_u32(&empty_bar[s]), (round - 1) & 1);
@@ -145,109 +235,84 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
         }
       }
     }
-    return;
-  }
+  } else {
+    const int c = wg - 1;  // consumer c takes the CTA's units 2j + c
+    const int t = tid - 128 * wg, lane = tid % 32, w = t / 32;
+    int g = 0;                // k-steps of the CTA's units before this one (both consumers')
+    uint32_t d0[64], d1[64];  // rows 0..63 and 64..127 of the tile
+    auto release = [&](int step) { mbar_arrive(smem_u32(&empty_bar[step % kStages])); };
+    int local = 0;
+    for (int u = first; u < units; u += stride, ++local) {
+      const int nkt = unit_ksteps(u, a);
+      if ((local & 1) != c) {
+        g += nkt;
+        continue;
+      }
+      if (local > 0) order_wait(c);  // unit local - 1 is the other consumer's
+      for (int i = 0; i < nkt; ++i, ++g) {
+        const int s = g % kStages;
+        mbar_wait(smem_u32(&full_bar[s]), (g / kStages) & 1);
+        const uint32_t stage = ring_s + s * kStageBytes;
+        const uint64_t da0 = sw128_desc(stage), da1 = sw128_desc(stage + 64 * kBK), db = sw128_desc(stage + kABytes);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < kBK / 32; ++kk) {  // 32 bytes of K per instruction: +2 in the descriptor's address field
+          wgmma_m64n128k32_s8(d0, da0 + 2 * kk, db + 2 * kk, i > 0 || kk > 0);  // the unit's first step overwrites d
+          wgmma_m64n128k32_s8(d1, da1 + 2 * kk, db + 2 * kk, i > 0 || kk > 0);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        // Keep this step's group in flight; the previous one is complete now, so its stage goes back to the producer.
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        if (i > 0 && t == 0) release(g - 1);
+      }
+      if (u + stride < units) order_signal(c);  // the next unit, the other consumer's, may start
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      if (t == 0) release(g - 1);  // the unit's last stage
 
-  const int c = wg - 1;  // consumer: rows 64c .. 64c + 63 of the tile
-  const int t = tid - 128, lane = tid % 32, w = t % 128 / 32;
-  int g = 0;
-  uint32_t d[128];
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    const int split = u % a.splits, tile = u / a.splits;
-    int mb, nb;
-    raster(tile, a.tiles_m, a.tiles_n, &mb, &nb);
-    const int kt0 = split * a.kt_per_split, nkt = min(a.nk, kt0 + a.kt_per_split) - kt0;
-    for (int i = 0; i < nkt; ++i, ++g) {
-      const int s = g % kStages;
-      mbar_wait(smem_u32(&full_bar[s]), (g / kStages) & 1);
-      const uint32_t stage = ring_s + s * kStageBytes;
-      const uint64_t da = sw128_desc(stage + c * 64 * kBK), db = sw128_desc(stage + kABytes);
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      // Split-K: every split stores its partial; the last split of the tile to arrive (a counter) adds the others'
+      // partials to its registers and applies the epilogue, then re-arms the counter.
+      const int split = u % a.splits;
+      int mb, nb;
+      raster(u / a.splits, a.tiles_m, a.tiles_n, &mb, &nb);
+      const int tile = mb * a.tiles_n + nb;
+      if (a.splits > 1) {
+        int4* mine = a.partials + (size_t(tile) * a.splits + split) * kPartialChunks + t;
 #pragma unroll
-      for (int kk = 0; kk < kBK / 32; ++kk)  // 32 bytes of K per instruction: +2 in the descriptor's address field
-        wgmma_m64n256k32_s8(d, da + 2 * kk, db + 2 * kk, i > 0 || kk > 0);  // the unit's first step overwrites d
-      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      // Keep this step's group in flight; the previous one is complete now, so its stage goes back to the producer.
-      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-      if (i > 0 && t % 128 == 0) mbar_arrive(smem_u32(&empty_bar[(g - 1) % kStages]));
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    if (t % 128 == 0) mbar_arrive(smem_u32(&empty_bar[(g - 1) % kStages]));  // the unit's last stage
-
-    // Split-K: every split stores its partial; the last split of the tile to arrive (a counter) adds the others'
-    // partials to its registers and applies the epilogue, then re-arms the counter.
-    if (a.splits > 1) {
-      int4* mine = a.partials + size_t(u) * kPartialChunks + t;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        __stcg(mine + j * 256, make_int4(int(d[4 * j]), int(d[4 * j + 1]), int(d[4 * j + 2]), int(d[4 * j + 3])));
-      __threadfence();
-      consumers_bar();
-      if (t == 0) is_last = atomicAdd(a.counters + tile, 1) == a.splits - 1;
-      consumers_bar();
-      const bool last = is_last;
-      consumers_bar();  // is_last is read by all before thread 0 may set it for the next unit
-      if (!last) continue;
-      __threadfence();
-      if (t == 0) a.counters[tile] = 0;
-      for (int s = 0; s < a.splits; ++s) {
-        if (s == split) continue;
-        const int4* other = a.partials + (size_t(tile) * a.splits + s) * kPartialChunks + t;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          const int4 o = __ldcg(other + j * 256);
-          d[4 * j] += uint32_t(o.x);
-          d[4 * j + 1] += uint32_t(o.y);
-          d[4 * j + 2] += uint32_t(o.z);
-          d[4 * j + 3] += uint32_t(o.w);
+        for (int j = 0; j < 16; ++j) {
+          __stcg(mine + j * 128, make_int4(int(d0[4 * j]), int(d0[4 * j + 1]), int(d0[4 * j + 2]), int(d0[4 * j + 3])));
+          __stcg(mine + (16 + j) * 128,
+                 make_int4(int(d1[4 * j]), int(d1[4 * j + 1]), int(d1[4 * j + 2]), int(d1[4 * j + 3])));
+        }
+        __threadfence();
+        consumer_bar(c);
+        if (t == 0) is_last[c] = atomicAdd(a.counters + tile, 1) == a.splits - 1;
+        consumer_bar(c);
+        const bool last = is_last[c];
+        consumer_bar(c);  // is_last[c] is read by all before thread 0 may set it for the next unit
+        if (!last) continue;
+        __threadfence();
+        if (t == 0) a.counters[tile] = 0;
+        for (int s = 0; s < a.splits; ++s) {
+          if (s == split) continue;
+          const int4* other = a.partials + (size_t(tile) * a.splits + s) * kPartialChunks + t;
+          add_partial(d0, other);
+          add_partial(d1, other + 16 * 128);
         }
       }
-    }
 
-    // The tile's scales and bias go to shared memory first: read from global memory inside the store loop, every
-    // load would wait behind the stores before it (Y may alias them as far as the compiler knows).
-    const int m0 = mb * kBM, n0 = nb * kBN;
-    consumers_bar();  // every consumer is done with the previous unit's epilogue
-    sw_s[t] = n0 + t < a.n ? a.w_scale[n0 + t] : 0.0f;
-    bias_s[t] = a.bias && n0 + t < a.n ? a.bias[n0 + t] : 0.0f;
-    if (t < kBM) sx_s[t] = m0 + t < a.m ? a.x_scale[m0 + t] : 0.0f;
-    consumers_bar();
-
-    // Epilogue from registers. Warp w of the warpgroup holds rows 16w + lane / 4 (+ 8); register 4j + i holds
-    // column 8j + 2 (lane % 4) + (i & 1), the row + 8 for i >= 2 (PTX ISA, wgmma D fragment layout). Same
-    // arithmetic as channel_epilogue: (fp32(acc) * s_x) * s_w, then + bias, each rounded once.
-    const int rt0 = c * 64 + w * 16 + lane / 4, ct0 = 2 * (lane % 4);  // in the tile
-    const bool has_bias = a.bias != nullptr;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int rt = rt0 + 8 * half, row = m0 + rt;
-      if (row >= a.m) continue;
-      const float sx = sx_s[rt];
-      const size_t base = size_t(row) * size_t(a.ldy);
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int ct = ct0 + 8 * j, col = n0 + ct;
-        if (col >= a.n) break;
-        const int acc0 = int(d[4 * j + 2 * half]), acc1 = int(d[4 * j + 2 * half + 1]);
-        float v0 = __fmul_rn(__fmul_rn(__int2float_rn(acc0), sx), sw_s[ct]);
-        float v1 = __fmul_rn(__fmul_rn(__int2float_rn(acc1), sx), sw_s[ct + 1]);
-        if (has_bias) {
-          v0 = __fadd_rn(v0, bias_s[ct]);
-          v1 = __fadd_rn(v1, bias_s[ct + 1]);
-        }
-        if (a.vec_y && col + 1 < a.n) {
-          store2<kY>(a.y, base + col, v0, v1);
-        } else {
-          store_y(a.y, a.ldy, kY, row, col, v0);
-          if (col + 1 < a.n) store_y(a.y, a.ldy, kY, row, col + 1, v1);
-        }
-        if (a.acc) {
-          a.acc[size_t(row) * a.n + col] = acc0;
-          if (col + 1 < a.n) a.acc[size_t(row) * a.n + col + 1] = acc1;
-        }
-      }
+      // The tile's scales and bias go to shared memory first: read from global memory inside the store loop, every
+      // load would wait behind the stores before it (Y may alias them as far as the compiler knows).
+      const int m0 = mb * kBM, n0 = nb * kBN;
+      consumer_bar(c);  // every thread of this consumer is done with its previous tile's epilogue
+      sw_s[c][t] = n0 + t < a.n ? a.w_scale[n0 + t] : 0.0f;
+      bias_s[c][t] = a.bias && n0 + t < a.n ? a.bias[n0 + t] : 0.0f;
+      sx_s[c][t] = m0 + t < a.m ? a.x_scale[m0 + t] : 0.0f;
+      consumer_bar(c);
+      const int rt0 = w * 16 + lane / 4;
+      store_half<kY>(d0, a, rt0, m0, n0, sx_s[c], sw_s[c], bias_s[c]);
+      store_half<kY>(d1, a, 64 + rt0, m0, n0, sx_s[c], sw_s[c], bias_s[c]);
     }
-  }
+  }  // consumers
 #endif
 }
 
@@ -287,6 +352,24 @@ Status make_map(EncodeTiled enc, CUtensorMap* map, const int8_t* base, int rows,
   return Status::Ok();
 }
 
+using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const WgmmaArgs);
+// Dispatch list: one instantiation per output dtype (GemmDType order: bf16, fp16, fp32).
+constexpr Kernel kKernels[3] = {w8a8_wgmma_kernel<0>, w8a8_wgmma_kernel<1>, w8a8_wgmma_kernel<2>};
+
+// The kernels' dynamic shared memory limit, set once per process (and device: the attribute is per device).
+Status set_smem_attributes() {
+  static std::mutex mu;
+  static uint64_t done = 0;  // bit per device ordinal < 64
+  int dev = 0;
+  QDEC_CUDA_RETURN(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev < 64 && (done >> dev & 1)) return Status::Ok();
+  for (Kernel f : kKernels)
+    QDEC_CUDA_RETURN(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  if (dev < 64) done |= uint64_t(1) << dev;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status wgmma_supported() {
@@ -302,11 +385,11 @@ Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* pl) {
   const long long tiles = static_cast<long long>(pl->tiles_m) * pl->tiles_n;
   int splits = num_splits;
   if (splits == 0) {
-    // Estimated time in k-steps (one 128 x 256 x 128 step, ~0.3 us on an H200): rounds of units over the SMs x
-    // (k-steps per split + ~4 for the epilogue and the first loads + ~12 per round for a split's partial: its
-    // 128 KiB store, the fence, and the last split's reads; measured, H200: splitting 192 tiles of K = 4096 in
-    // two ran 72 us against 59 us for cuBLASLt). Splits only while every one keeps >= 4 k-steps and the partials
-    // stay below 64 MiB.
+    // Estimated time in k-steps (one 128 x 128 x 128 step): rounds of units over the SMs x (k-steps per split + ~4
+    // for the epilogue and the first loads + ~12 per round for a split's partial: its 64 KiB store, the fence, and
+    // the last split's reads; the constants come from session 5's 128 x 256 kernel, where splitting 192 tiles of
+    // K = 4096 in two ran 72 us against 59 us for cuBLASLt). Splits only while every one keeps >= 4 k-steps and the
+    // partials stay below 64 MiB.
     splits = 1;
     double best = 1e300;
     for (int s = 1; s <= 4; ++s) {
@@ -366,19 +449,8 @@ Status wgmma_launch(const WgmmaArgs& args, const WgmmaPlan& pl, const int8_t* xq
   }
   const size_t esize = a.y_dtype == 2 ? 4 : 2;
   a.vec_y = a.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(a.y) % (2 * esize) == 0;  // column pairs
-  using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const WgmmaArgs);
-  // Dispatch list: one instantiation per output dtype (GemmDType order: bf16, fp16, fp32).
-  static constexpr Kernel kernels[3] = {w8a8_wgmma_kernel<0>, w8a8_wgmma_kernel<1>, w8a8_wgmma_kernel<2>};
-  static std::once_flag once;
-  static cudaError_t attr_err = cudaSuccess;
-  std::call_once(once, [] {
-    for (Kernel f : kernels) {
-      const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
-      if (e != cudaSuccess && attr_err == cudaSuccess) attr_err = e;
-    }
-  });
-  QDEC_CUDA_RETURN(attr_err);
-  kernels[a.y_dtype]<<<pl.grid, kThreadsWg, kSmemBytes, stream>>>(mx, mw, a);
+  QDEC_RETURN_IF_ERROR(set_smem_attributes());
+  kKernels[a.y_dtype]<<<pl.grid, kThreadsWg, kSmemBytes, stream>>>(mx, mw, a);
   return cuda_status(cudaGetLastError(), "w8a8 wgmma kernel launch");
 }
 

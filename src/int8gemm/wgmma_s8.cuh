@@ -1,6 +1,6 @@
 // The int8 warpgroup MMA of sm_90a used by src/int8gemm/w8a8_wgmma.cu, src/int8gemm/w4a8_wgmma.cu (and
 // bench/wgmma_probe.cu): shared-memory descriptors of K-major tiles (128-byte swizzle, or none) and
-// wgmma.m64nNk32.s32.s8.s8 with B from shared memory and A from shared memory (SS, N = 256) or registers (RS,
+// wgmma.m64nNk32.s32.s8.s8 with B from shared memory and A from shared memory (SS, N = 128, 256) or registers (RS,
 // N = 64, 128, 256). Compile the callers for sm_90a only.
 #pragma once
 
@@ -93,6 +93,17 @@ __device__ __forceinline__ void wgmma_m64n256k32_s8_rs(uint32_t (&d)[128], uint3
       "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 " QDEC_WGMMA_D128_REGS ", {%128,%129,%130,%131}, %132, p;\n}\n"
       : QDEC_WGMMA_D128_OPERANDS(d)
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(accumulate));
+}
+
+// d (64x128 int32) (+)= A (64x32 s8, K-major, smem) * B (128x32 s8, K-major, smem)^T (the W8A8 kernel's
+// 128 x 128 tiles: two per k32 step, one per 64-row half).
+__device__ __forceinline__ void wgmma_m64n128k32_s8(uint32_t (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                    int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " QDEC_WGMMA_D64_REGS ", %64, %65, p;\n}\n"
+      : QDEC_WGMMA_D64_OPERANDS(d)
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
 // A from registers, N = 64 / 128 (d: N / 2 int32 per thread).
