@@ -144,8 +144,8 @@ TEST_P(W8A8Channel, MatchesReference) {
     QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const long long units = static_cast<long long>((c.m + 127) / 128) * ((c.n + 127) / 128) * wg_splits;
     const long long min_steps = c.m >= kW8A8AutoWgmmaMinM ? kW8A8AutoWgmmaMinSteps : kW8A8AutoWgmmaSmallMMinSteps;
-    const bool take_wgmma = wgmma_ok && c.m <= kW8A8AutoWgmmaMaxM && w8a8_wgmma_steps(c.m, c.n, c.k) >= min_steps &&
-                            2 * units >= sms;
+    const bool take_wgmma = wgmma_ok && c.m >= kW8A8AutoWgmmaSmallMinM && c.m <= kW8A8AutoWgmmaMaxM &&
+                            w8a8_wgmma_steps(c.m, c.n, c.k) >= min_steps && 2 * units >= sms;
     expected = c.m <= kW8A8AutoMmaMaxM ? W8A8Backend::kMma : take_wgmma ? W8A8Backend::kWgmma : W8A8Backend::kCublasLt;
   }
   ASSERT_EQ(used, expected);
@@ -207,6 +207,10 @@ std::vector<ChannelCase> channel_cases() {
   v.push_back({300, 520, 4112, W8A8Backend::kWgmma, 3, true, GemmDType::kBF16});
   v.push_back({130, 300, 1040, W8A8Backend::kWgmma, 1000, false, GemmDType::kFP16});
   v.push_back({1024, 1280, 8192, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16});
+  // The cooperative kernel (128 x 256 tiles; wgmma_plan takes it for K >= 8192 with 0.9-2 of its tiles per SM on
+  // an H100 / H200): one tile per SM, and M, N and K tails.
+  v.push_back({1024, 4096, 8192, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16});
+  v.push_back({1000, 4000, 8208, W8A8Backend::kWgmma, 0, false, GemmDType::kFP32});
   // More units than SMs: the persistent CTAs take several tiles (and splits) each, the ring running on across them.
   v.push_back({2048, 4352, 256, W8A8Backend::kWgmma, 0, true, GemmDType::kFP16});
   v.push_back({1200, 2600, 1040, W8A8Backend::kWgmma, 2, false, GemmDType::kBF16});
@@ -219,6 +223,7 @@ std::vector<ChannelCase> channel_cases() {
   v.push_back({128, 4096, 6016, W8A8Backend::kAuto, 0, true, GemmDType::kBF16});
   // Below kW8A8AutoWgmmaMinM only large problems take wgmma (1 x 32 x 64 = kW8A8AutoWgmmaSmallMMinSteps).
   v.push_back({48, 8192, 8192, W8A8Backend::kAuto, 0, false, GemmDType::kBF16});
+  v.push_back({kW8A8AutoWgmmaSmallMinM - 1, 8192, 8192, W8A8Backend::kAuto, 0, true, GemmDType::kBF16});
   return v;
 }
 

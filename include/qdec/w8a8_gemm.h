@@ -19,8 +19,9 @@
 //              sm_90a
 //   kAuto      kMma for M <= kW8A8AutoMmaMaxM; above, kWgmma where it is supported, the problem has at least
 //              kW8A8AutoWgmmaMinSteps 128 x 256 x 128 tile steps (w8a8_wgmma_steps) from M = kW8A8AutoWgmmaMinM,
-//              kW8A8AutoWgmmaSmallMMinSteps below, and its 128 x 128 (tile, split) units are at least half as many
-//              as the SMs; else kCublasLt (w8a8_plan says which; w8a8_auto_wgmma_size is the size part)
+//              kW8A8AutoWgmmaSmallMMinSteps from kW8A8AutoWgmmaSmallMinM, and its 128 x 128 (tile, split) units are at
+//              least half as many as the SMs; else kCublasLt (w8a8_plan says which; w8a8_auto_wgmma_size is the size
+//              part)
 //
 // Per K-block (seed 003): both operands quantized per block of 32 / 64 / 128 along K with scale and offset;
 //   Y[m, n] = sum_blocks (sA sB C + sA oB SA + oA sB SB + L oA oB) (+ bias[n]), C the int32 block dot product and
@@ -46,11 +47,12 @@ inline constexpr int kW8A8AutoMmaMaxM = 16;
 // from M = 128 kWgmma was faster than cuBLASLt + epilogue (or tied) on every shape of at least 768 steps (6144 x
 // 4096 at M = 128) and lost below (1280 x 8192 at M = 256: 640 steps, 18.5 against 16.8 us; 4096 x 4096 at M = 128:
 // 512); at M = 32 and 64 it won only on
-// the largest problems (28672 x 4096 at M = 64: 46 us against 113 for cuBLASLt's pick; 8192 x 8192) and lost on
-// 4096 x 14336 (1792 steps) and below; at M = 4096 it was faster on 6 of 7 shapes (cuBLASLt + epilogue on 4096 x
-// 14336 by 5-10%), so there is no upper bound.
+// the largest problems at M = 64 (28672 x 4096: 46 us against 113 for cuBLASLt's pick; 8192 x 8192) and lost on
+// 4096 x 14336 (1792 steps) and below, and on those two at M = 32 (51 against 47 us, 35.6 against 31.6); at M = 4096 it
+// was faster on 6 of 7 shapes (cuBLASLt + epilogue on 4096 x 14336 by 5-10%), so there is no upper bound.
 inline constexpr int kW8A8AutoWgmmaMinM = 65;
 inline constexpr long long kW8A8AutoWgmmaMinSteps = 768;
+inline constexpr int kW8A8AutoWgmmaSmallMinM = 33;
 inline constexpr long long kW8A8AutoWgmmaSmallMMinSteps = 2048;
 inline constexpr int kW8A8AutoWgmmaMaxM = 1 << 20;
 inline long long w8a8_wgmma_steps(int m, int n, int k) {
@@ -58,9 +60,8 @@ inline long long w8a8_wgmma_steps(int m, int n, int k) {
 }
 // The size part of kAuto's choice of kWgmma (the plan adds: supported, units for half the SMs).
 inline bool w8a8_auto_wgmma_size(int m, int n, int k) {
-  if (m <= kW8A8AutoMmaMaxM || m > kW8A8AutoWgmmaMaxM) return false;
-  return w8a8_wgmma_steps(m, n, k) >=
-         (m >= kW8A8AutoWgmmaMinM ? kW8A8AutoWgmmaMinSteps : kW8A8AutoWgmmaSmallMMinSteps);
+  if (m <= kW8A8AutoMmaMaxM || m < kW8A8AutoWgmmaSmallMinM || m > kW8A8AutoWgmmaMaxM) return false;
+  return w8a8_wgmma_steps(m, n, k) >= (m >= kW8A8AutoWgmmaMinM ? kW8A8AutoWgmmaMinSteps : kW8A8AutoWgmmaSmallMMinSteps);
 }
 // N and M limits of the kernels (grid dimensions, int32 indexing of the workspace).
 inline constexpr int kW8A8MaxM = 1 << 20;

@@ -7,13 +7,14 @@
 // shared memory (K-major, the layout X and W have in memory). 3 warpgroups: warpgroup 0's first thread issues the
 // copies (full / empty mbarrier pairs per stage); warpgroups 1 and 2 are consumers that take the CTA's tiles in
 // turn ("ping-pong"): each computes a whole tile (two m64n128 halves, 128 int32 accumulators per thread) and
-// applies the epilogue from its registers while the other one's wgmma runs. Persistent: at most one CTA per SM
-// walks the (tile, split) units. K, M and N tails come from TMA's zero fill of out-of-bounds boxes; the epilogue
-// stores only rows < M and columns < N. Split-K (few tiles, long K) sums int32 partials through the workspace,
-// exactly.
+// applies the epilogue from its registers while the other one's wgmma runs. For long K with one or two tiles per SM
+// the plan takes session 5's cooperative kernel instead (both consumers on one 128 x 256 tile, 64 rows each,
+// wgmma.m64n256k32; w8a8_wgmma_coop_kernel below). Persistent: at most one CTA per SM walks the (tile, split)
+// units. K, M and N tails come from TMA's zero fill of out-of-bounds boxes; the epilogue stores only rows < M and
+// columns < N. Split-K (few tiles, long K) sums int32 partials through the workspace, exactly.
 //
-// Measured on the H200 and not kept (docs/int8_gemm.md): 128 x 256 tiles shared by both consumers (64 rows each,
-// a 4-stage ring; session 5's kernel, 1.0-1.27x this one's time but for two long-K shapes at M = 1024), the
+// Measured on the H200 and not kept (docs/int8_gemm.md, session 17): the cooperative kernel everywhere (up to 1.38x
+// the ping-pong kernel's time, e.g. 6144 x 4096 at M = 1024; faster only in the case the plan gives it), the
 // ping-pong kernel without setmaxnreg (spilled; slower than session 5's on 10 of 21 cells), clusters of 2 CTAs
 // sharing W by TMA multicast (session 5: no faster; session 17 on this kernel: 3-8% slower), 4, 5 and 7 stages (7:
 // no static shared memory, the scales after the ring; no faster than 6 at M >= 1024, 2-8% slower below),
@@ -352,9 +353,177 @@ Status make_map(EncodeTiled enc, CUtensorMap* map, const int8_t* base, int rows,
   return Status::Ok();
 }
 
+// ---- The cooperative kernel (session 5's): both consumers on one 128 x 256 tile, for long-K problems that give
+// each consumer of the ping-pong kernel only one or two tiles (wgmma_plan's rule): there the ping-pong overlap buys
+// little, and a 128 x 256 step reads fewer shared-memory bytes per MAC (0.031 against 0.039 B, TMA writes included).
+constexpr int kCoopBN = 256, kCoopStages = 4;
+constexpr int kCoopABytes = kBM * kBK, kCoopStageBytes = kCoopABytes + kCoopBN * kBK;
+constexpr int kCoopSmemBytes = kCoopStages * kCoopStageBytes + 1024;
+
+// Named barrier 1: the two consumer warpgroups (256 threads; the producer warpgroup does not take part).
+__device__ __forceinline__ void coop_consumers_bar() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+
+// Split-K partials: a (tile, split) unit's 256 consumer threads x 128 int32, stored as 32 int4 per thread,
+// chunk j of thread t at j * 256 + t (a warp's store is 512 contiguous bytes).
+constexpr int kCoopPartialChunks = 32 * 256;
+
+// Persistent: the grid is at most one CTA per SM, each walking units (tile, split) with a stride of the grid; the
+// ring's stage and phase run on across units, so the producer loads the next unit while the consumers are in the
+// epilogue of the current one. The epilogue stores straight from the accumulator registers (only the tile's scales
+// and bias pass through shared memory).
+template <int kY>
+__global__ void __launch_bounds__(kThreadsWg, 1)
+    w8a8_wgmma_coop_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                           const WgmmaArgs a) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  __shared__ __align__(8) uint64_t full_bar[kCoopStages], empty_bar[kCoopStages];
+  __shared__ int is_last;
+  __shared__ float sw_s[kCoopBN], bias_s[kCoopBN], sx_s[kBM];
+  uint8_t* ring = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t ring_s = smem_u32(ring);
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int units = a.tiles_m * a.tiles_n * a.splits;
+  if (tid == 0) {
+    for (int s = 0; s < kCoopStages; ++s) {
+      mbar_init(smem_u32(&full_bar[s]), 1);
+      mbar_init(smem_u32(&empty_bar[s]), 2);  // one arrival per consumer warpgroup
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // producer: one thread issues every copy
+    if (tid == 0) {
+      int g = 0;  // k-steps issued by this CTA so far (all units): stage g % kCoopStages, round g / kCoopStages
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        const int split = u % a.splits;
+        int mb, nb;
+        raster(u / a.splits, a.tiles_m, a.tiles_n, &mb, &nb);
+        const int kt0 = split * a.kt_per_split, nkt = min(a.nk, kt0 + a.kt_per_split) - kt0;  // >= 1 (host plan)
+        for (int i = 0; i < nkt; ++i, ++g) {
+          const int s = g % kCoopStages, round = g / kCoopStages;
+          if (round > 0) mbar_wait(smem_u32(&empty_bar[s]), (round - 1) & 1);
+          const uint32_t full = smem_u32(&full_bar[s]);
+          mbar_expect_tx(full, kCoopStageBytes);
+          const uint32_t stage = ring_s + s * kCoopStageBytes;
+          tma_load_2d(stage, &map_x, (kt0 + i) * kBK, mb * kBM, full);
+          tma_load_2d(stage + kCoopABytes, &map_w, (kt0 + i) * kBK, nb * kCoopBN, full);
+        }
+      }
+    }
+    return;
+  }
+
+  const int c = wg - 1;  // consumer: rows 64c .. 64c + 63 of the tile
+  const int t = tid - 128, lane = tid % 32, w = t % 128 / 32;
+  int g = 0;
+  uint32_t d[128];
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    const int split = u % a.splits, tile = u / a.splits;
+    int mb, nb;
+    raster(tile, a.tiles_m, a.tiles_n, &mb, &nb);
+    const int kt0 = split * a.kt_per_split, nkt = min(a.nk, kt0 + a.kt_per_split) - kt0;
+    for (int i = 0; i < nkt; ++i, ++g) {
+      const int s = g % kCoopStages;
+      mbar_wait(smem_u32(&full_bar[s]), (g / kCoopStages) & 1);
+      const uint32_t stage = ring_s + s * kCoopStageBytes;
+      const uint64_t da = sw128_desc(stage + c * 64 * kBK), db = sw128_desc(stage + kCoopABytes);
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int kk = 0; kk < kBK / 32; ++kk)  // 32 bytes of K per instruction: +2 in the descriptor's address field
+        wgmma_m64n256k32_s8(d, da + 2 * kk, db + 2 * kk, i > 0 || kk > 0);  // the unit's first step overwrites d
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      // Keep this step's group in flight; the previous one is complete now, so its stage goes back to the producer.
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+      if (i > 0 && t % 128 == 0) mbar_arrive(smem_u32(&empty_bar[(g - 1) % kCoopStages]));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    if (t % 128 == 0) mbar_arrive(smem_u32(&empty_bar[(g - 1) % kCoopStages]));  // the unit's last stage
+
+    // Split-K: every split stores its partial; the last split of the tile to arrive (a counter) adds the others'
+    // partials to its registers and applies the epilogue, then re-arms the counter.
+    if (a.splits > 1) {
+      int4* mine = a.partials + size_t(u) * kCoopPartialChunks + t;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        __stcg(mine + j * 256, make_int4(int(d[4 * j]), int(d[4 * j + 1]), int(d[4 * j + 2]), int(d[4 * j + 3])));
+      __threadfence();
+      coop_consumers_bar();
+      if (t == 0) is_last = atomicAdd(a.counters + tile, 1) == a.splits - 1;
+      coop_consumers_bar();
+      const bool last = is_last;
+      coop_consumers_bar();  // is_last is read by all before thread 0 may set it for the next unit
+      if (!last) continue;
+      __threadfence();
+      if (t == 0) a.counters[tile] = 0;
+      for (int s = 0; s < a.splits; ++s) {
+        if (s == split) continue;
+        const int4* other = a.partials + (size_t(tile) * a.splits + s) * kCoopPartialChunks + t;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const int4 o = __ldcg(other + j * 256);
+          d[4 * j] += uint32_t(o.x);
+          d[4 * j + 1] += uint32_t(o.y);
+          d[4 * j + 2] += uint32_t(o.z);
+          d[4 * j + 3] += uint32_t(o.w);
+        }
+      }
+    }
+
+    // The tile's scales and bias go to shared memory first: read from global memory inside the store loop, every
+    // load would wait behind the stores before it (Y may alias them as far as the compiler knows).
+    const int m0 = mb * kBM, n0 = nb * kCoopBN;
+    coop_consumers_bar();  // every consumer is done with the previous unit's epilogue
+    sw_s[t] = n0 + t < a.n ? a.w_scale[n0 + t] : 0.0f;
+    bias_s[t] = a.bias && n0 + t < a.n ? a.bias[n0 + t] : 0.0f;
+    if (t < kBM) sx_s[t] = m0 + t < a.m ? a.x_scale[m0 + t] : 0.0f;
+    coop_consumers_bar();
+
+    // Epilogue from registers. Warp w of the warpgroup holds rows 16w + lane / 4 (+ 8); register 4j + i holds
+    // column 8j + 2 (lane % 4) + (i & 1), the row + 8 for i >= 2 (PTX ISA, wgmma D fragment layout). Same
+    // arithmetic as channel_epilogue: (fp32(acc) * s_x) * s_w, then + bias, each rounded once.
+    const int rt0 = c * 64 + w * 16 + lane / 4, ct0 = 2 * (lane % 4);  // in the tile
+    const bool has_bias = a.bias != nullptr;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int rt = rt0 + 8 * half, row = m0 + rt;
+      if (row >= a.m) continue;
+      const float sx = sx_s[rt];
+      const size_t base = size_t(row) * size_t(a.ldy);
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int ct = ct0 + 8 * j, col = n0 + ct;
+        if (col >= a.n) break;
+        const int acc0 = int(d[4 * j + 2 * half]), acc1 = int(d[4 * j + 2 * half + 1]);
+        float v0 = __fmul_rn(__fmul_rn(__int2float_rn(acc0), sx), sw_s[ct]);
+        float v1 = __fmul_rn(__fmul_rn(__int2float_rn(acc1), sx), sw_s[ct + 1]);
+        if (has_bias) {
+          v0 = __fadd_rn(v0, bias_s[ct]);
+          v1 = __fadd_rn(v1, bias_s[ct + 1]);
+        }
+        if (a.vec_y && col + 1 < a.n) {
+          store2<kY>(a.y, base + col, v0, v1);
+        } else {
+          store_y(a.y, a.ldy, kY, row, col, v0);
+          if (col + 1 < a.n) store_y(a.y, a.ldy, kY, row, col + 1, v1);
+        }
+        if (a.acc) {
+          a.acc[size_t(row) * a.n + col] = acc0;
+          if (col + 1 < a.n) a.acc[size_t(row) * a.n + col + 1] = acc1;
+        }
+      }
+    }
+  }
+#endif
+}
+
 using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const WgmmaArgs);
 // Dispatch list: one instantiation per output dtype (GemmDType order: bf16, fp16, fp32).
 constexpr Kernel kKernels[3] = {w8a8_wgmma_kernel<0>, w8a8_wgmma_kernel<1>, w8a8_wgmma_kernel<2>};
+constexpr Kernel kCoopKernels[3] = {w8a8_wgmma_coop_kernel<0>, w8a8_wgmma_coop_kernel<1>, w8a8_wgmma_coop_kernel<2>};
 
 // The kernels' dynamic shared memory limit, set once per process (and device: the attribute is per device).
 Status set_smem_attributes() {
@@ -366,6 +535,8 @@ Status set_smem_attributes() {
   if (dev < 64 && (done >> dev & 1)) return Status::Ok();
   for (Kernel f : kKernels)
     QDEC_CUDA_RETURN(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  for (Kernel f : kCoopKernels)
+    QDEC_CUDA_RETURN(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kCoopSmemBytes));
   if (dev < 64) done |= uint64_t(1) << dev;
   return Status::Ok();
 }
@@ -380,8 +551,20 @@ Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* pl) {
   DeviceInfo dev;
   QDEC_RETURN_IF_ERROR(current_device_info(&dev));
   pl->tiles_m = (m + kBM - 1) / kBM;
-  pl->tiles_n = (n + kBN - 1) / kBN;
   pl->nk = (k + kBK - 1) / kBK;
+  // The cooperative kernel where the ping-pong kernel's consumers would get one or two long tiles each: K >= 8192,
+  // 0.9-2 of its 128 x 256 tiles per SM, its rounds no emptier than the ping-pong kernel's, and the automatic split
+  // count (H200, docs/int8_gemm.md, session 17: 4096 x 14336 and 8192 x 8192 at M = 1024 6-10% faster; 1280 x 8192
+  // at M = 4096, 160 tiles in 2 rounds against 320 in 3, 25% slower; every other shape at M = 1024 and 4096 faster
+  // with the ping-pong kernel).
+  const long long sms = dev.sm_count;
+  const long long coop_tiles = static_cast<long long>(pl->tiles_m) * ((n + kCoopBN - 1) / kCoopBN);
+  const long long pp_tiles = static_cast<long long>(pl->tiles_m) * ((n + kBN - 1) / kBN);
+  const long long coop_rounds = (coop_tiles + sms - 1) / sms, pp_rounds = (pp_tiles + sms - 1) / sms;
+  pl->coop = num_splits == 0 && pl->nk >= 64 && 10 * coop_tiles >= 9 * sms && coop_tiles <= 2 * sms &&
+             coop_tiles * pp_rounds >= pp_tiles * coop_rounds;  // tiles per round: coop's >= the ping-pong's
+  pl->tiles_n = pl->coop ? (n + kCoopBN - 1) / kCoopBN : (n + kBN - 1) / kBN;
+  const long long chunks = pl->coop ? kCoopPartialChunks : kPartialChunks;
   const long long tiles = static_cast<long long>(pl->tiles_m) * pl->tiles_n;
   int splits = num_splits;
   if (splits == 0) {
@@ -394,7 +577,7 @@ Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* pl) {
     double best = 1e300;
     for (int s = 1; s <= 4; ++s) {
       const int kps = (pl->nk + s - 1) / s;
-      if (s > 1 && (kps < 4 || tiles * s * kPartialChunks * 16 > (64ll << 20))) break;
+      if (s > 1 && (kps < 4 || tiles * s * chunks * 16 > (64ll << 20))) break;
       const long long rounds = (tiles * s + dev.sm_count - 1) / dev.sm_count;
       const double cost = double(rounds) * (kps + 4 + (s > 1 ? 12 : 0));
       if (cost < best) best = cost, splits = s;
@@ -420,7 +603,7 @@ Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* pl) {
   pl->ws_bytes = 0;
   if (pl->splits > 1) {
     pl->counters_bytes = (size_t(tiles) * 4 + 255) / 256 * 256;
-    pl->ws_bytes = kWorkspaceStateBytes + size_t(tiles) * pl->splits * kPartialChunks * 16;
+    pl->ws_bytes = kWorkspaceStateBytes + size_t(tiles) * pl->splits * size_t(chunks) * 16;
   }
   return Status::Ok();
 }
@@ -434,7 +617,7 @@ Status wgmma_launch(const WgmmaArgs& args, const WgmmaPlan& pl, const int8_t* xq
   QDEC_RETURN_IF_ERROR(encode_tiled(&enc));
   CUtensorMap mx{}, mw{};
   QDEC_RETURN_IF_ERROR(make_map(enc, &mx, xq, args.m, args.k, ldq, kBM, "x"));
-  QDEC_RETURN_IF_ERROR(make_map(enc, &mw, wq, args.n, args.k, ldw, kBN, "w"));
+  QDEC_RETURN_IF_ERROR(make_map(enc, &mw, wq, args.n, args.k, ldw, pl.coop ? kCoopBN : kBN, "w"));
   WgmmaArgs a = args;
   a.tiles_m = pl.tiles_m;
   a.tiles_n = pl.tiles_n;
@@ -450,7 +633,11 @@ Status wgmma_launch(const WgmmaArgs& args, const WgmmaPlan& pl, const int8_t* xq
   const size_t esize = a.y_dtype == 2 ? 4 : 2;
   a.vec_y = a.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(a.y) % (2 * esize) == 0;  // column pairs
   QDEC_RETURN_IF_ERROR(set_smem_attributes());
-  kKernels[a.y_dtype]<<<pl.grid, kThreadsWg, kSmemBytes, stream>>>(mx, mw, a);
+  if (pl.coop) {
+    kCoopKernels[a.y_dtype]<<<pl.grid, kThreadsWg, kCoopSmemBytes, stream>>>(mx, mw, a);
+  } else {
+    kKernels[a.y_dtype]<<<pl.grid, kThreadsWg, kSmemBytes, stream>>>(mx, mw, a);
+  }
   return cuda_status(cudaGetLastError(), "w8a8 wgmma kernel launch");
 }
 

@@ -21,15 +21,17 @@ struct WgmmaArgs {
   // Set by wgmma_launch from the plan:
   int tiles_m = 0, tiles_n = 0, nk = 0, splits = 1, kt_per_split = 0;
   int* counters = nullptr;   // [tiles] (splits > 1), zero between calls
-  int4* partials = nullptr;  // [tiles, splits, 32 x 128] int4 chunks of the int32 partial sums (splits > 1)
+  int4* partials = nullptr;  // [tiles, splits, 32 x 128 (coop: 32 x 256)] int4 chunks of the int32 partial sums (splits > 1)
   bool vec_y = false;        // Y takes column-pair vector stores
 };
 
-// Tiles of 128 x 128, K in steps of 128; the split-K count (num_splits 0: chosen from the device's SM count), the
+// Tiles of 128 x 128 (the ping-pong kernel) or 128 x 256 (coop: the cooperative kernel, for long K with one or
+// two tiles per SM), K in steps of 128; the split-K count (num_splits 0: chosen from the device's SM count), the
 // persistent grid (<= one CTA per SM) and the workspace (tile counters + the partials; 0 bytes without split-K;
 // zero-filled once by the caller: the counters go back to zero after every call).
 struct WgmmaPlan {
   int tiles_m = 0, tiles_n = 0, nk = 0, splits = 1, kt_per_split = 0, grid = 0;
+  bool coop = false;
   size_t counters_bytes = 0, ws_bytes = 0;
 };
 Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* plan);
