@@ -97,9 +97,18 @@ __device__ __forceinline__ void order_signal(int c) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - c) : "memory");
 }
 
+// Build-time knobs (defaults measured on the H200, docs/int8_gemm.md, session 17): the TMA boxes' L2 promotion (the
+// size of the L2 fetch a box row triggers; a row is 128 bytes: 256-byte promotion was 2.5-3% slower over 21 cells,
+// up to 13% at 4096 x 4096 x 4096; none and 128 bytes measured alike) and kGroupM (4, 8 and 16 within 1-2%).
+#ifndef QDEC_W8A8_WGMMA_L2_PROMOTION
+#define QDEC_W8A8_WGMMA_L2_PROMOTION CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+#endif
+#ifndef QDEC_W8A8_WGMMA_GROUP_M
+#define QDEC_W8A8_WGMMA_GROUP_M 8
+#endif
 // Output tile order: groups of kGroupM row blocks, row blocks fastest within a group, so that the CTAs working at
 // the same time share a few row blocks of X and a few column blocks of W in L2.
-constexpr int kGroupM = 8;
+constexpr int kGroupM = QDEC_W8A8_WGMMA_GROUP_M;
 __device__ __forceinline__ void raster(int tile, int tiles_m, int tiles_n, int* mb, int* nb) {
   const int per_group = kGroupM * tiles_n;
   const int group = tile / per_group, first_m = group * kGroupM;
@@ -345,7 +354,7 @@ Status make_map(EncodeTiled enc, CUtensorMap* map, const int8_t* base, int rows,
   const cuuint32_t box[2] = {kBK, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t estride[2] = {1, 1};
   const CUresult r = enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<int8_t*>(base), dims, strides, box, estride,
-                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, QDEC_W8A8_WGMMA_L2_PROMOTION,
                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return Status(StatusCode::kCudaError, std::string("w8a8 wgmma: cuTensorMapEncodeTiled(") + what +
