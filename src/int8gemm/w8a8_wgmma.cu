@@ -138,12 +138,12 @@ __device__ __forceinline__ int unit_ksteps(int u, const WgmmaArgs& a) {
   return min(a.nk, kt0 + a.kt_per_split) - kt0;
 }
 
-// Epilogue of one 64-row half of a consumer's tile from its m64n128 accumulators: warp w holds rows
-// 16w + lane / 4 (+ 8); register 4j + i holds column 8j + 2 (lane % 4) + (i & 1), the row + 8 for i >= 2 (PTX ISA,
-// wgmma D fragment layout). Same arithmetic as channel_epilogue: (fp32(acc) * s_x) * s_w, then + bias, each
-// rounded once.
-template <int kY>
-__device__ __forceinline__ void store_half(const uint32_t (&d)[64], const WgmmaArgs& a, int rt0, int m0, int n0,
+// Epilogue of 64 rows of a tile from the m64n(8 kJ) accumulators of a warpgroup: warp w holds rows
+// 16w + lane / 4 (+ 8) (rt0 is that row in the tile); register 4j + i holds column 8j + 2 (lane % 4) + (i & 1), the
+// row + 8 for i >= 2 (PTX ISA, wgmma D fragment layout). Same arithmetic as channel_epilogue: (fp32(acc) * s_x) *
+// s_w, then + bias, each rounded once. sx_s / sw_s / bias_s: the tile's scales and bias by row / column in the tile.
+template <int kY, int kJ>
+__device__ __forceinline__ void store_rows(const uint32_t (&d)[4 * kJ], const WgmmaArgs& a, int rt0, int m0, int n0,
                                            const float* sx_s, const float* sw_s, const float* bias_s) {
   const int lane = threadIdx.x % 32, ct0 = 2 * (lane % 4);
   const bool has_bias = a.bias != nullptr;
@@ -154,7 +154,7 @@ __device__ __forceinline__ void store_half(const uint32_t (&d)[64], const WgmmaA
     const float sx = sx_s[rt];
     const size_t base = size_t(row) * size_t(a.ldy);
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < kJ; ++j) {
       const int ct = ct0 + 8 * j, col = n0 + ct;
       if (col >= a.n) break;
       const int acc0 = int(d[4 * j + 2 * r8]), acc1 = int(d[4 * j + 2 * r8 + 1]);
@@ -178,15 +178,61 @@ __device__ __forceinline__ void store_half(const uint32_t (&d)[64], const WgmmaA
   }
 }
 
-// Adds the int4 chunks [j0, j0 + 16) of a split partial to one half's accumulators.
-__device__ __forceinline__ void add_partial(uint32_t (&d)[64], const int4* src) {
+// A thread's split-K partial: its accumulators as kChunks int4, chunk j at dst / src + j * kStride (the consumer
+// threads' chunks interleaved: a warp's access is 512 contiguous bytes). store_partial writes, add_partial adds.
+template <int kChunks, int kStride>
+__device__ __forceinline__ void store_partial(const uint32_t (&d)[4 * kChunks], int4* dst) {
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const int4 o = __ldcg(src + j * 128);
+  for (int j = 0; j < kChunks; ++j)
+    __stcg(dst + j * kStride, make_int4(int(d[4 * j]), int(d[4 * j + 1]), int(d[4 * j + 2]), int(d[4 * j + 3])));
+}
+template <int kChunks, int kStride>
+__device__ __forceinline__ void add_partial(uint32_t (&d)[4 * kChunks], const int4* src) {
+#pragma unroll
+  for (int j = 0; j < kChunks; ++j) {
+    const int4 o = __ldcg(src + j * kStride);
     d[4 * j] += uint32_t(o.x);
     d[4 * j + 1] += uint32_t(o.y);
     d[4 * j + 2] += uint32_t(o.z);
     d[4 * j + 3] += uint32_t(o.w);
+  }
+}
+
+// Thread 0 initializes every stage's full barrier (one arrival: the producer's expect_tx) and empty barrier
+// (`releases` arrivals: the consumer warpgroups that read the stage).
+__device__ __forceinline__ void init_ring_barriers(uint64_t* full_bar, uint64_t* empty_bar, int stages, int releases) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(smem_u32(&full_bar[s]), 1);
+      mbar_init(smem_u32(&empty_bar[s]), releases);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+}
+
+// The producer (thread 0 of warpgroup 0): the TMA copies of the CTA's units, in unit order, into a ring of
+// kRing stages (X box of 128 rows, then W box of kRowsW rows), each completing on its stage's full barrier once the
+// consumers have released the stage's previous round (its empty barrier).
+template <int kRing, int kRowsW>
+__device__ __forceinline__ void produce(const CUtensorMap* map_x, const CUtensorMap* map_w, const WgmmaArgs& a,
+                                        uint32_t ring_s, uint64_t* full_bar, uint64_t* empty_bar) {
+  constexpr int kBytesX = kBM * kBK, kBytes = kBytesX + kRowsW * kBK;
+  const int units = a.tiles_m * a.tiles_n * a.splits;
+  int g = 0;  // k-steps issued by this CTA so far (all units): stage g % kRing, round g / kRing
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    int mb, nb;
+    raster(u / a.splits, a.tiles_m, a.tiles_n, &mb, &nb);
+    const int kt0 = (u % a.splits) * a.kt_per_split, nkt = unit_ksteps(u, a);
+    for (int i = 0; i < nkt; ++i, ++g) {
+      const int s = g % kRing, round = g / kRing;
+      if (round > 0) mbar_wait(smem_u32(&empty_bar[s]), (round - 1) & 1);
+      const uint32_t full = smem_u32(&full_bar[s]);
+      mbar_expect_tx(full, kBytes);
+      const uint32_t stage = ring_s + s * kBytes;
+      tma_load_2d(stage, map_x, (kt0 + i) * kBK, mb * kBM, full);
+      tma_load_2d(stage + kBytesX, map_w, (kt0 + i) * kBK, nb * kRowsW, full);
+    }
   }
 }
 
@@ -207,17 +253,8 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
   uint8_t* ring = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t ring_s = smem_u32(ring);
   const int tid = threadIdx.x, wg = tid / 128;
-  // Units: (tile, split), walked with a stride of the grid.
-  const int first = blockIdx.x, stride = gridDim.x;
   const int units = a.tiles_m * a.tiles_n * a.splits;
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(smem_u32(&full_bar[s]), 1);
-      mbar_init(smem_u32(&empty_bar[s]), 1);  // one arrival: the consumer warpgroup of the stage's unit
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_ring_barriers(full_bar, empty_bar, kStages, 1);  // a stage is read by the consumer of its unit alone
 
 #if QDEC_W8A8_WGMMA_SETMAXNREG
   // Registers: the producer warpgroup gives most of its share to the consumers (40 + 2 x 232 of 3 x 168 per thread).
@@ -228,23 +265,7 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
   }
 #endif
   if (wg == 0) {  // producer: one thread issues every copy
-    if (tid == 0) {
-      int g = 0;  // k-steps issued by this CTA so far (all units): stage g % kStages, round g / kStages
-      for (int u = first; u < units; u += stride) {
-        int mb, nb;
-        raster(u / a.splits, a.tiles_m, a.tiles_n, &mb, &nb);
-        const int kt0 = (u % a.splits) * a.kt_per_split, nkt = unit_ksteps(u, a);
-        for (int i = 0; i < nkt; ++i, ++g) {
-          const int s = g % kStages, round = g / kStages;
-          if (round > 0) mbar_wait(smem_u32(&empty_bar[s]), (round - 1) & 1);
-          const uint32_t full = smem_u32(&full_bar[s]);
-          mbar_expect_tx(full, kStageBytes);
-          const uint32_t stage = ring_s + s * kStageBytes;
-          tma_load_2d(stage, &map_x, (kt0 + i) * kBK, mb * kBM, full);
-          tma_load_2d(stage + kABytes, &map_w, (kt0 + i) * kBK, nb * kBN, full);
-        }
-      }
-    }
+    if (tid == 0) produce<kStages, kBN>(&map_x, &map_w, a, ring_s, full_bar, empty_bar);
   } else {
     const int c = wg - 1;  // consumer c takes the CTA's units 2j + c
     const int t = tid - 128 * wg, lane = tid % 32, w = t / 32;
@@ -252,7 +273,7 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
     uint32_t d0[64], d1[64];  // rows 0..63 and 64..127 of the tile
     auto release = [&](int step) { mbar_arrive(smem_u32(&empty_bar[step % kStages])); };
     int local = 0;
-    for (int u = first; u < units; u += stride, ++local) {
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++local) {
       const int nkt = unit_ksteps(u, a);
       if ((local & 1) != c) {
         g += nkt;
@@ -275,7 +296,7 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
         if (i > 0 && t == 0) release(g - 1);
       }
-      if (u + stride < units) order_signal(c);  // the next unit, the other consumer's, may start
+      if (u + int(gridDim.x) < units) order_signal(c);  // the next unit, the other consumer's, may start
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
       if (t == 0) release(g - 1);  // the unit's last stage
 
@@ -287,12 +308,8 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
       const int tile = mb * a.tiles_n + nb;
       if (a.splits > 1) {
         int4* mine = a.partials + (size_t(tile) * a.splits + split) * kPartialChunks + t;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          __stcg(mine + j * 128, make_int4(int(d0[4 * j]), int(d0[4 * j + 1]), int(d0[4 * j + 2]), int(d0[4 * j + 3])));
-          __stcg(mine + (16 + j) * 128,
-                 make_int4(int(d1[4 * j]), int(d1[4 * j + 1]), int(d1[4 * j + 2]), int(d1[4 * j + 3])));
-        }
+        store_partial<16, 128>(d0, mine);
+        store_partial<16, 128>(d1, mine + 16 * 128);
         __threadfence();
         consumer_bar(c);
         if (t == 0) is_last[c] = atomicAdd(a.counters + tile, 1) == a.splits - 1;
@@ -305,8 +322,8 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
         for (int s = 0; s < a.splits; ++s) {
           if (s == split) continue;
           const int4* other = a.partials + (size_t(tile) * a.splits + s) * kPartialChunks + t;
-          add_partial(d0, other);
-          add_partial(d1, other + 16 * 128);
+          add_partial<16, 128>(d0, other);
+          add_partial<16, 128>(d1, other + 16 * 128);
         }
       }
 
@@ -319,8 +336,8 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
       sx_s[c][t] = m0 + t < a.m ? a.x_scale[m0 + t] : 0.0f;
       consumer_bar(c);
       const int rt0 = w * 16 + lane / 4;
-      store_half<kY>(d0, a, rt0, m0, n0, sx_s[c], sw_s[c], bias_s[c]);
-      store_half<kY>(d1, a, 64 + rt0, m0, n0, sx_s[c], sw_s[c], bias_s[c]);
+      store_rows<kY, 16>(d0, a, rt0, m0, n0, sx_s[c], sw_s[c], bias_s[c]);
+      store_rows<kY, 16>(d1, a, 64 + rt0, m0, n0, sx_s[c], sw_s[c], bias_s[c]);
     }
   }  // consumers
 #endif
@@ -395,34 +412,10 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
   const uint32_t ring_s = smem_u32(ring);
   const int tid = threadIdx.x, wg = tid / 128;
   const int units = a.tiles_m * a.tiles_n * a.splits;
-  if (tid == 0) {
-    for (int s = 0; s < kCoopStages; ++s) {
-      mbar_init(smem_u32(&full_bar[s]), 1);
-      mbar_init(smem_u32(&empty_bar[s]), 2);  // one arrival per consumer warpgroup
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  init_ring_barriers(full_bar, empty_bar, kCoopStages, 2);  // both consumers read every stage
 
   if (wg == 0) {  // producer: one thread issues every copy
-    if (tid == 0) {
-      int g = 0;  // k-steps issued by this CTA so far (all units): stage g % kCoopStages, round g / kCoopStages
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const int split = u % a.splits;
-        int mb, nb;
-        raster(u / a.splits, a.tiles_m, a.tiles_n, &mb, &nb);
-        const int kt0 = split * a.kt_per_split, nkt = min(a.nk, kt0 + a.kt_per_split) - kt0;  // >= 1 (host plan)
-        for (int i = 0; i < nkt; ++i, ++g) {
-          const int s = g % kCoopStages, round = g / kCoopStages;
-          if (round > 0) mbar_wait(smem_u32(&empty_bar[s]), (round - 1) & 1);
-          const uint32_t full = smem_u32(&full_bar[s]);
-          mbar_expect_tx(full, kCoopStageBytes);
-          const uint32_t stage = ring_s + s * kCoopStageBytes;
-          tma_load_2d(stage, &map_x, (kt0 + i) * kBK, mb * kBM, full);
-          tma_load_2d(stage + kCoopABytes, &map_w, (kt0 + i) * kBK, nb * kCoopBN, full);
-        }
-      }
-    }
+    if (tid == 0) produce<kCoopStages, kCoopBN>(&map_x, &map_w, a, ring_s, full_bar, empty_bar);
     return;
   }
 
@@ -455,10 +448,7 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
     // Split-K: every split stores its partial; the last split of the tile to arrive (a counter) adds the others'
     // partials to its registers and applies the epilogue, then re-arms the counter.
     if (a.splits > 1) {
-      int4* mine = a.partials + size_t(u) * kCoopPartialChunks + t;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        __stcg(mine + j * 256, make_int4(int(d[4 * j]), int(d[4 * j + 1]), int(d[4 * j + 2]), int(d[4 * j + 3])));
+      store_partial<32, 256>(d, a.partials + size_t(u) * kCoopPartialChunks + t);
       __threadfence();
       coop_consumers_bar();
       if (t == 0) is_last = atomicAdd(a.counters + tile, 1) == a.splits - 1;
@@ -470,15 +460,7 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
       if (t == 0) a.counters[tile] = 0;
       for (int s = 0; s < a.splits; ++s) {
         if (s == split) continue;
-        const int4* other = a.partials + (size_t(tile) * a.splits + s) * kCoopPartialChunks + t;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          const int4 o = __ldcg(other + j * 256);
-          d[4 * j] += uint32_t(o.x);
-          d[4 * j + 1] += uint32_t(o.y);
-          d[4 * j + 2] += uint32_t(o.z);
-          d[4 * j + 3] += uint32_t(o.w);
-        }
+        add_partial<32, 256>(d, a.partials + (size_t(tile) * a.splits + s) * kCoopPartialChunks + t);
       }
     }
 
@@ -491,40 +473,8 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
     if (t < kBM) sx_s[t] = m0 + t < a.m ? a.x_scale[m0 + t] : 0.0f;
     coop_consumers_bar();
 
-    // Epilogue from registers. Warp w of the warpgroup holds rows 16w + lane / 4 (+ 8); register 4j + i holds
-    // column 8j + 2 (lane % 4) + (i & 1), the row + 8 for i >= 2 (PTX ISA, wgmma D fragment layout). Same
-    // arithmetic as channel_epilogue: (fp32(acc) * s_x) * s_w, then + bias, each rounded once.
-    const int rt0 = c * 64 + w * 16 + lane / 4, ct0 = 2 * (lane % 4);  // in the tile
-    const bool has_bias = a.bias != nullptr;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int rt = rt0 + 8 * half, row = m0 + rt;
-      if (row >= a.m) continue;
-      const float sx = sx_s[rt];
-      const size_t base = size_t(row) * size_t(a.ldy);
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int ct = ct0 + 8 * j, col = n0 + ct;
-        if (col >= a.n) break;
-        const int acc0 = int(d[4 * j + 2 * half]), acc1 = int(d[4 * j + 2 * half + 1]);
-        float v0 = __fmul_rn(__fmul_rn(__int2float_rn(acc0), sx), sw_s[ct]);
-        float v1 = __fmul_rn(__fmul_rn(__int2float_rn(acc1), sx), sw_s[ct + 1]);
-        if (has_bias) {
-          v0 = __fadd_rn(v0, bias_s[ct]);
-          v1 = __fadd_rn(v1, bias_s[ct + 1]);
-        }
-        if (a.vec_y && col + 1 < a.n) {
-          store2<kY>(a.y, base + col, v0, v1);
-        } else {
-          store_y(a.y, a.ldy, kY, row, col, v0);
-          if (col + 1 < a.n) store_y(a.y, a.ldy, kY, row, col + 1, v1);
-        }
-        if (a.acc) {
-          a.acc[size_t(row) * a.n + col] = acc0;
-          if (col + 1 < a.n) a.acc[size_t(row) * a.n + col + 1] = acc1;
-        }
-      }
-    }
+    // Epilogue from registers: this consumer's 64 rows of the 128 x 256 tile.
+    store_rows<kY, 32>(d, a, c * 64 + w * 16 + lane / 4, m0, n0, sx_s, sw_s, bias_s);
   }
 #endif
 }
