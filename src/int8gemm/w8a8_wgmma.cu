@@ -279,6 +279,15 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
         g += nkt;
         continue;
       }
+      // The tile's scales and bias, loaded now (this thread's column and row) so that their latency is not on the
+      // epilogue's path; they go to shared memory after the mainloop.
+      const int split = u % a.splits;
+      int mb, nb;
+      raster(u / a.splits, a.tiles_m, a.tiles_n, &mb, &nb);
+      const int m0 = mb * kBM, n0 = nb * kBN;
+      const float sw_t = n0 + t < a.n ? a.w_scale[n0 + t] : 0.0f;
+      const float bias_t = a.bias && n0 + t < a.n ? a.bias[n0 + t] : 0.0f;
+      const float sx_t = m0 + t < a.m ? a.x_scale[m0 + t] : 0.0f;
       if (local > 0) order_wait(c);  // unit local - 1 is the other consumer's
       for (int i = 0; i < nkt; ++i, ++g) {
         const int s = g % kStages;
@@ -302,9 +311,6 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
 
       // Split-K: every split stores its partial; the last split of the tile to arrive (a counter) adds the others'
       // partials to its registers and applies the epilogue, then re-arms the counter.
-      const int split = u % a.splits;
-      int mb, nb;
-      raster(u / a.splits, a.tiles_m, a.tiles_n, &mb, &nb);
       const int tile = mb * a.tiles_n + nb;
       if (a.splits > 1) {
         int4* mine = a.partials + (size_t(tile) * a.splits + split) * kPartialChunks + t;
@@ -327,13 +333,12 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
         }
       }
 
-      // The tile's scales and bias go to shared memory first: read from global memory inside the store loop, every
+      // The tile's scales and bias pass through shared memory: read from global memory inside the store loop, every
       // load would wait behind the stores before it (Y may alias them as far as the compiler knows).
-      const int m0 = mb * kBM, n0 = nb * kBN;
       consumer_bar(c);  // every thread of this consumer is done with its previous tile's epilogue
-      sw_s[c][t] = n0 + t < a.n ? a.w_scale[n0 + t] : 0.0f;
-      bias_s[c][t] = a.bias && n0 + t < a.n ? a.bias[n0 + t] : 0.0f;
-      sx_s[c][t] = m0 + t < a.m ? a.x_scale[m0 + t] : 0.0f;
+      sw_s[c][t] = sw_t;
+      bias_s[c][t] = bias_t;
+      sx_s[c][t] = sx_t;
       consumer_bar(c);
       const int rt0 = w * 16 + lane / 4;
       store_rows<kY, 16>(d0, a, rt0, m0, n0, sx_s[c], sw_s[c], bias_s[c]);
