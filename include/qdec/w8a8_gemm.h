@@ -46,10 +46,10 @@ inline constexpr int kW8A8AutoMmaMaxM = 16;
 // come from the H200 tables in docs/int8_gemm.md (session 17, the ping-pong kernel, 7 shapes x M = 32 ... 4096):
 // from M = 128 kWgmma was faster than cuBLASLt + epilogue (or tied) on every shape of at least 768 steps (6144 x
 // 4096 at M = 128) and lost below (1280 x 8192 at M = 256: 640 steps, 18.5 against 16.8 us; 4096 x 4096 at M = 128:
-// 512); at M = 32 and 64 it won only on
-// the largest problems at M = 64 (28672 x 4096: 46 us against 113 for cuBLASLt's pick; 8192 x 8192) and lost on
-// 4096 x 14336 (1792 steps) and below, and on those two at M = 32 (51 against 47 us, 35.6 against 31.6); at M = 4096 it
-// was faster on 6 of 7 shapes (cuBLASLt + epilogue on 4096 x 14336 by 5-10%), so there is no upper bound.
+// 512); at M = 32 and 64 it won only on the largest problems at M = 64 (28672 x 4096: 46 us against 113 for
+// cuBLASLt's pick; 8192 x 8192) and lost on 4096 x 14336 (1792 steps) and below, and on those two at M = 32 (51
+// against 47 us, 35.6 against 31.6); at M = 4096 it was faster on 6 of 7 shapes (cuBLASLt + epilogue on 4096 x
+// 14336 by 5-10%), so there is no upper bound.
 inline constexpr int kW8A8AutoWgmmaMinM = 65;
 inline constexpr long long kW8A8AutoWgmmaMinSteps = 768;
 inline constexpr int kW8A8AutoWgmmaSmallMinM = 33;

@@ -421,8 +421,7 @@ Status make_plan(const W8A8Params& p, Plan* pl) {
   pl->backend = p.backend;
   if (pl->backend == W8A8Backend::kAuto) {
     pl->backend = m <= kW8A8AutoMmaMaxM ? W8A8Backend::kMma : W8A8Backend::kCublasLt;
-    if (w8a8_auto_wgmma_size(m, n, k) &&
-        wgmma_supported().ok()) {
+    if (w8a8_auto_wgmma_size(m, n, k) && wgmma_supported().ok()) {
       DeviceInfo dev;
       QDEC_RETURN_IF_ERROR(current_device_info(&dev));
       WgmmaPlan wp;

@@ -20,9 +20,10 @@ struct WgmmaArgs {
   int32_t* acc;  // optional [M, N] int32 sums (ld N)
   // Set by wgmma_launch from the plan:
   int tiles_m = 0, tiles_n = 0, nk = 0, splits = 1, kt_per_split = 0;
-  int* counters = nullptr;   // [tiles] (splits > 1), zero between calls
-  int4* partials = nullptr;  // [tiles, splits, 32 x 128 (coop: 32 x 256)] int4 chunks of the int32 partial sums (splits > 1)
-  bool vec_y = false;        // Y takes column-pair vector stores
+  int* counters = nullptr;  // [tiles] (splits > 1), zero between calls
+  // [tiles, splits, 32 x 128 (coop: 32 x 256)] int4 chunks of the int32 partial sums (splits > 1)
+  int4* partials = nullptr;
+  bool vec_y = false;  // Y takes column-pair vector stores
 };
 
 // Tiles of 128 x 128 (the ping-pong kernel) or 128 x 256 (coop: the cooperative kernel, for long K with one or
