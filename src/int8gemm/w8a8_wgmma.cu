@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -432,7 +433,7 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
     const int split = u % a.splits, tile = u / a.splits;
     int mb, nb;
     raster(tile, a.tiles_m, a.tiles_n, &mb, &nb);
-    const int kt0 = split * a.kt_per_split, nkt = min(a.nk, kt0 + a.kt_per_split) - kt0;
+    const int nkt = unit_ksteps(u, a);
     for (int i = 0; i < nkt; ++i, ++g) {
       const int s = g % kCoopStages;
       mbar_wait(smem_u32(&full_bar[s]), (g / kCoopStages) & 1);
@@ -489,19 +490,21 @@ using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const WgmmaArgs);
 constexpr Kernel kKernels[3] = {w8a8_wgmma_kernel<0>, w8a8_wgmma_kernel<1>, w8a8_wgmma_kernel<2>};
 constexpr Kernel kCoopKernels[3] = {w8a8_wgmma_coop_kernel<0>, w8a8_wgmma_coop_kernel<1>, w8a8_wgmma_coop_kernel<2>};
 
-// The kernels' dynamic shared memory limit, set once per process (and device: the attribute is per device).
+// The kernels' dynamic shared memory limit, set once per process and device (the attribute is per device); after
+// that a launch pays one cudaGetDevice and an atomic load.
 Status set_smem_attributes() {
   static std::mutex mu;
-  static uint64_t done = 0;  // bit per device ordinal < 64
+  static std::atomic<uint64_t> done{0};  // bit per device ordinal < 64
   int dev = 0;
   QDEC_CUDA_RETURN(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
+  if (bit && (done.load(std::memory_order_acquire) & bit)) return Status::Ok();
   std::lock_guard<std::mutex> lock(mu);
-  if (dev < 64 && (done >> dev & 1)) return Status::Ok();
   for (Kernel f : kKernels)
     QDEC_CUDA_RETURN(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   for (Kernel f : kCoopKernels)
     QDEC_CUDA_RETURN(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kCoopSmemBytes));
-  if (dev < 64) done |= uint64_t(1) << dev;
+  done.fetch_or(bit, std::memory_order_release);
   return Status::Ok();
 }
 
@@ -542,7 +545,7 @@ Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* pl) {
     for (int s = 1; s <= 4; ++s) {
       const int kps = (pl->nk + s - 1) / s;
       if (s > 1 && (kps < 4 || tiles * s * chunks * 16 > (64ll << 20))) break;
-      const long long rounds = (tiles * s + dev.sm_count - 1) / dev.sm_count;
+      const long long rounds = (tiles * s + sms - 1) / sms;
       const double cost = double(rounds) * (kps + 4 + (s > 1 ? 12 : 0));
       if (cost < best) best = cost, splits = s;
     }
