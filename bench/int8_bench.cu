@@ -392,7 +392,8 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
             check_status(w8a8_gemm_workspace_bytes(p, &wsb), "w8a8 workspace");
             W8A8Backend used, autob;
             int splits = 0, auto_splits = 0;
-            check_status(w8a8_plan(p, &used, &splits), "w8a8 plan");
+            const char* wg_kernel = "";
+            check_status(w8a8_plan(p, &used, &splits, &wg_kernel), "w8a8 plan");
             W8A8Params pa = p;
             pa.backend = W8A8Backend::kAuto;
             check_status(w8a8_plan(pa, &autob, &auto_splits), "w8a8 auto plan");
@@ -400,10 +401,12 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
             if (wsb) BENCH_CUDA(cudaMemset(ws.get(), 0, wsb));
             p.workspace = ws.get();
             p.workspace_bytes = wsb;
-            const std::string path = (used == W8A8Backend::kMma     ? fmt::format("mma s{}", splits)
-                                      : used == W8A8Backend::kWgmma ? fmt::format("wgmma s{}", splits)
-                                                                    : std::string("cublaslt+epi")) +
-                                     std::string(autob == used ? "*" : "");
+            const std::string path =
+                (used == W8A8Backend::kMma ? fmt::format("mma s{}", splits)
+                 : used == W8A8Backend::kWgmma
+                     ? fmt::format("wgmma{} s{}", std::string(wg_kernel) == "cooperative" ? "-coop" : "", splits)
+                     : std::string("cublaslt+epi")) +
+                std::string(autob == used ? "*" : "");
             timed("qdec-w8a8", path, w8_bytes, [&](int i) {
               p.x.q = xq[i % sets].as<int8_t>();
               p.w.q = wq[i % isets].as<int8_t>();

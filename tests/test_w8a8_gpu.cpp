@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -80,6 +81,7 @@ struct ChannelCase {
   int splits;
   bool bias;
   GemmDType y_dtype;
+  const char* wgmma_kernel = "";  // kWgmma on a 132-SM device (H100 SXM, H200): the kernel the plan must name
 };
 
 std::string channel_name(const ::testing::TestParamInfo<ChannelCase>& info) {
@@ -132,7 +134,20 @@ TEST_P(W8A8Channel, MatchesReference) {
     const Status st = w8a8_plan(p, &used, &splits);
     if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
   }
-  QDEC_ASSERT_OK(w8a8_plan(p, &used, &splits));
+  const char* kernel = nullptr;
+  QDEC_ASSERT_OK(w8a8_plan(p, &used, &splits, &kernel));
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_EQ(std::string(kernel).empty(), used != W8A8Backend::kWgmma) << kernel;
+  if (*c.wgmma_kernel) {
+    int dev = 0, sms = 0;
+    QDEC_CUDA_CHECK(cudaGetDevice(&dev));
+    QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (sms == 132) {
+      EXPECT_STREQ(kernel, c.wgmma_kernel);
+    } else {
+      std::printf("[ NOTE ] %d SMs: the %s kernel's plan is checked on 132-SM devices only\n", sms, c.wgmma_kernel);
+    }
+  }
   W8A8Backend expected = c.backend;
   if (c.backend == W8A8Backend::kAuto) {  // the documented rule (qdec/w8a8_gemm.h)
     W8A8Params forced = p;
@@ -200,7 +215,7 @@ std::vector<ChannelCase> channel_cases() {
   v.push_back({1, 96, 48, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16});
   v.push_back({100, 301, 1040, W8A8Backend::kWgmma, 0, false, GemmDType::kFP16});
   v.push_back({1024, 77, 1040, W8A8Backend::kWgmma, 0, true, GemmDType::kFP32});
-  v.push_back({300, 700, 4096, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16});
+  v.push_back({300, 700, 4096, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16, "pingpong"});
   v.push_back({129, 257, 4112, W8A8Backend::kWgmma, 0, false, GemmDType::kFP32});
   // Its split-K (partials through the workspace, the last split reduces): forced 3 and 1000 (clamped to the 9
   // k-tiles), and the automatic count on a shape with few tiles (1024 x 1280 x 8192: 40 tiles).
@@ -209,8 +224,8 @@ std::vector<ChannelCase> channel_cases() {
   v.push_back({1024, 1280, 8192, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16});
   // The cooperative kernel (128 x 256 tiles; wgmma_plan takes it for K >= 8192 with 0.9-2 of its tiles per SM on
   // an H100 / H200): one tile per SM, and M, N and K tails.
-  v.push_back({1024, 4096, 8192, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16});
-  v.push_back({1000, 4000, 8208, W8A8Backend::kWgmma, 0, false, GemmDType::kFP32});
+  v.push_back({1024, 4096, 8192, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16, "cooperative"});
+  v.push_back({1000, 4000, 8208, W8A8Backend::kWgmma, 0, false, GemmDType::kFP32, "cooperative"});
   // More units than SMs: the persistent CTAs take several tiles (and splits) each, the ring running on across them.
   v.push_back({2048, 4352, 256, W8A8Backend::kWgmma, 0, true, GemmDType::kFP16});
   v.push_back({1200, 2600, 1040, W8A8Backend::kWgmma, 2, false, GemmDType::kBF16});

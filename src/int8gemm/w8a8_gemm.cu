@@ -489,11 +489,12 @@ Status w8a8_gemm_workspace_bytes(const W8A8Params& p, size_t* bytes) {
   return Status::Ok();
 }
 
-Status w8a8_plan(const W8A8Params& p, W8A8Backend* backend, int* num_splits) {
+Status w8a8_plan(const W8A8Params& p, W8A8Backend* backend, int* num_splits, const char** wgmma_kernel) {
   w8a8::Plan pl;
   QDEC_RETURN_IF_ERROR(w8a8::make_plan(p, &pl));
   if (backend) *backend = pl.backend;
   if (num_splits) *num_splits = pl.backend == W8A8Backend::kMma || pl.backend == W8A8Backend::kWgmma ? pl.splits : 1;
+  if (wgmma_kernel) *wgmma_kernel = pl.backend != W8A8Backend::kWgmma ? "" : pl.wgmma.coop ? "cooperative" : "pingpong";
   return Status::Ok();
 }
 
