@@ -138,10 +138,10 @@ TEST_P(W8A8Channel, MatchesReference) {
   QDEC_ASSERT_OK(w8a8_plan(p, &used, &splits, &kernel));
   ASSERT_NE(kernel, nullptr);
   EXPECT_EQ(std::string(kernel).empty(), used != W8A8Backend::kWgmma) << kernel;
+  int dev = 0, sms = 0;
+  QDEC_CUDA_CHECK(cudaGetDevice(&dev));
+  QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   if (*c.wgmma_kernel) {
-    int dev = 0, sms = 0;
-    QDEC_CUDA_CHECK(cudaGetDevice(&dev));
-    QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     if (sms == 132) {
       EXPECT_STREQ(kernel, c.wgmma_kernel);
     } else {
@@ -154,9 +154,6 @@ TEST_P(W8A8Channel, MatchesReference) {
     forced.backend = W8A8Backend::kWgmma;
     int wg_splits = 0;
     const bool wgmma_ok = w8a8_plan(forced, nullptr, &wg_splits).ok();
-    int dev = 0, sms = 0;
-    QDEC_CUDA_CHECK(cudaGetDevice(&dev));
-    QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     const long long units = static_cast<long long>((c.m + 127) / 128) * ((c.n + 127) / 128) * wg_splits;
     const long long min_steps = c.m >= kW8A8AutoWgmmaMinM ? kW8A8AutoWgmmaMinSteps : kW8A8AutoWgmmaSmallMMinSteps;
     const bool take_wgmma = wgmma_ok && c.m >= kW8A8AutoWgmmaSmallMinM && c.m <= kW8A8AutoWgmmaMaxM &&
