@@ -224,6 +224,26 @@ TEST(DecodeSplitPlan, BenchmarkShapesOnH200) {
   EXPECT_EQ(choose_splits(128, 132, 2, 8192, 64), 2);
 }
 
+// The cap of the 8-warp int4 kernels from the DRAM bandwidth (session 19), and the plans it gives on 132 SMs.
+TEST(DecodeSplitPlan, Int4CapFromBandwidth) {
+  using attention::choose_splits;
+  using attention::int4_split_ctas_per_sm;
+  EXPECT_EQ(int4_split_ctas_per_sm(4814.0, 132), 2);  // H200: 32.8 GB/s reachable per SM
+  EXPECT_EQ(int4_split_ctas_per_sm(3352.0, 132), 1);  // H100 SXM: 22.9
+  EXPECT_EQ(int4_split_ctas_per_sm(2039.0, 108), 1);  // A100 80GB: 17.0
+  EXPECT_EQ(int4_split_ctas_per_sm(0.0, 132), 2);     // unknown bandwidth: the H200's plan
+  EXPECT_EQ(int4_split_ctas_per_sm(4000.0, 0), 2);
+  // H200 (cap 2, 128-token stages): the plans of docs/attention.md v22.
+  EXPECT_EQ(choose_splits(8, 132, 2, 131072, 128), 32);  // long 128K int4: 32 x 8
+  EXPECT_EQ(choose_splits(8, 132, 2, 32768, 128), 32);   // long 32K
+  EXPECT_EQ(choose_splits(32, 132, 2, 8192, 128), 8);    // B = 32
+  EXPECT_EQ(choose_splits(64, 132, 2, 8192, 128), 4);    // B = 64
+  // H100 (cap 1): the counts the session 19 sweep measured fastest at long context and B = 64.
+  EXPECT_EQ(choose_splits(8, 132, 1, 131072, 128), 16);
+  EXPECT_EQ(choose_splits(8, 132, 1, 32768, 128), 16);
+  EXPECT_EQ(choose_splits(64, 132, 1, 8192, 128), 2);
+}
+
 TEST(DecodeSplitPlan, Bounds) {
   using attention::choose_splits;
   EXPECT_EQ(choose_splits(1, 132, 4, 1, 64), 1);

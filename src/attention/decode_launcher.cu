@@ -51,6 +51,16 @@ int choose_splits(int ctas, int sms, int cap, int max_len, int stage, bool linea
   return best;
 }
 
+// Measured with 16 splits of long 128K (one 8-warp CTA on each of 128 SMs): 24.6 GB/s per SM for int4 and 21.8 for
+// int4-g4 on the H200 (session 14's sweep, where 32 splits, two CTAs per SM, were 7% / 14% faster), about 20 on an
+// H100, where one CTA per SM was faster than two (session 19, docs/attention.md: 1-9% at long context, 3-12% at
+// B = 16-32, within 2% either way at B = 64).
+int int4_split_ctas_per_sm(double dram_gbps, int sms) {
+  constexpr double kCtaGbps = 25.0, kReachable = 0.9;
+  if (!(dram_gbps > 0.0) || sms <= 0) return 2;
+  return kReachable * dram_gbps / sms > kCtaGbps ? 2 : 1;
+}
+
 }  // namespace attention
 
 const char* dtype_name(DType d) {
@@ -128,8 +138,12 @@ Status kernel_occupancy(const Plan& plan, int* blocks_per_sm) {
 // warps of 4 CTAs (B=128: 4 splits 46.9 us, 2 splits 50.5), and so do head_dim 64 caches, whose block16s carry
 // half the bytes for the same per-block16 work (SmolLM2 shape, int8: 5 splits 39.3 us, 4 splits 44.2); a fifth
 // CTA (head_dim 64 fits one) doubled that shape's splits for a loss (int4: 5 splits 34.1 us, 10 splits 40.1).
-int split_ctas_per_sm(const attention::DecodeKernelInfo& k, int warps) {
-  const int warps_per_sm = k.k_kind == KvKind::kINT4 || k.v_kind == KvKind::kINT4 || k.head_dim < 128 ? 16 : 8;
+// Session 19: the 8-warp int4 kernels plan for as many CTAs as the SM's share of the DRAM bandwidth needs
+// (attention::int4_split_ctas_per_sm): two on the H200, one on an H100.
+int split_ctas_per_sm(const attention::DecodeKernelInfo& k, int warps, const DeviceInfo& dev) {
+  const bool int4 = k.k_kind == KvKind::kINT4 || k.v_kind == KvKind::kINT4;
+  if (int4 && k.head_dim == 128 && warps == 8) return attention::int4_split_ctas_per_sm(dev.dram_gbps, dev.sm_count);
+  const int warps_per_sm = int4 || k.head_dim < 128 ? 16 : 8;
   return std::max(1, warps_per_sm / warps);
 }
 
@@ -274,7 +288,7 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     int occ = 0;
     QDEC_RETURN_IF_ERROR(kernel_occupancy(*plan, &occ));
     const int ctas = p.batch * p.num_kv_heads;
-    const int cap = std::min(occ, split_ctas_per_sm(*plan->kernel, plan->warps));
+    const int cap = std::min(occ, split_ctas_per_sm(*plan->kernel, plan->warps, dev));
     // 8-bit caches at head_dim 64 (s15c): a 4-warp CTA is limited by its own instruction stream, so an SM left with
     // 1-2 of its 4 slots streams far slower than the fitted rate says. When the unsplit grid fits in one round of
     // `cap` CTAs per SM, the split grid stays within one round; above that, partly filled SMs count at r / cap.
@@ -298,8 +312,11 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     // 8 warps 19.5), and so did several rounds of them (B = 512 +3..8%).
     // Pages of 64 tokens or more only (in 16-token pages it read a paged cache 6.5% slower than the 8-warp kernel
     // did, B = 128 int4 50.5 against 47.4 us, and 14-23% slower than its contiguous cache).
+    // Where the 8-warp plan is one CTA per SM (an H100: int4_split_ctas_per_sm), the estimate leaves these grids
+    // unsplit; the 16-warp CTA is taken there as well (at B = 128 the two were within 2-5% of each other, either way,
+    // on an H100 in session 19).
     const bool one_per_sm = 4 * ctas >= 3 * dev.sm_count && ctas <= dev.sm_count;
-    if (wide_ok && plan->num_splits >= 2 && one_per_sm &&
+    if (wide_ok && (plan->num_splits >= 2 || cap == 1) && one_per_sm &&
         plan->kernel->wide.smem_bytes <= dev.max_smem_per_block_optin) {
       use(plan->kernel->wide);
       plan->num_splits = 1;

@@ -9,4 +9,9 @@ namespace qdec::attention {
 // r / cap of a full one (8-bit caches at head_dim 64, s15c) instead of the fitted 0.7 .. 0.97.
 int choose_splits(int ctas, int sms, int cap, int max_len, int stage, bool linear_partial = false);
 
+// The `cap` above for the 8-warp kernels of int4 caches at head_dim 128 (instruction-bound: one CTA streams at most
+// ~25 GB/s of cache): 2 CTAs per SM where 90% of an SM's share of the theoretical DRAM bandwidth exceeds that (an
+// H200: 4814 GB/s on 132 SMs), 1 where it does not (an H100 SXM: 3352 GB/s), 2 where the bandwidth is unknown (0).
+int int4_split_ctas_per_sm(double dram_gbps, int sms);
+
 }  // namespace qdec::attention

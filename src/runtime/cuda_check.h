@@ -26,6 +26,8 @@ struct DeviceInfo {
   int max_smem_per_block_optin = 0;
   int cc_major = 0;
   int cc_minor = 0;
+  // Theoretical DRAM bandwidth in 10^9 bytes/s (2 x memory clock x bus width); 0 where the driver reports neither.
+  double dram_gbps = 0.0;
   std::string name;
 };
 

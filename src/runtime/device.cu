@@ -34,6 +34,13 @@ Status current_device_info(DeviceInfo* info) {
   d.cc_major = prop.major;
   d.cc_minor = prop.minor;
   d.name = prop.name;
+  int mem_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess) {
+    d.dram_gbps = 2.0 * mem_khz * 1e3 * (bus_bits / 8.0) / 1e9;
+  } else {
+    (void)cudaGetLastError();  // an unsupported attribute: the bandwidth stays unknown (0)
+  }
   if (dev < 64) {
     cache[dev] = d;
     have[dev] = true;
