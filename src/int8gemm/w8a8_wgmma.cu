@@ -104,6 +104,11 @@ __device__ __forceinline__ void order_signal(int c) {
 #ifndef QDEC_W8A8_WGMMA_L2_PROMOTION
 #define QDEC_W8A8_WGMMA_L2_PROMOTION CU_TENSOR_MAP_L2_PROMOTION_L2_128B
 #endif
+// QDEC_W8A8_WGMMA_FORCE_COOP=1 (variant builds only): the cooperative kernel for every unsplit-capable plan (H100,
+// session 19: 16% slower over 21 cells, faster only at 4096 x 4096 x 4096 and 28672 x 4096 x 1024).
+#ifndef QDEC_W8A8_WGMMA_FORCE_COOP
+#define QDEC_W8A8_WGMMA_FORCE_COOP 0
+#endif
 #ifndef QDEC_W8A8_WGMMA_GROUP_M
 #define QDEC_W8A8_WGMMA_GROUP_M 8
 #endif
@@ -528,8 +533,10 @@ Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* pl) {
   const long long coop_tiles = static_cast<long long>(pl->tiles_m) * ((n + kCoopBN - 1) / kCoopBN);
   const long long pp_tiles = static_cast<long long>(pl->tiles_m) * ((n + kBN - 1) / kBN);
   const long long coop_rounds = (coop_tiles + sms - 1) / sms, pp_rounds = (pp_tiles + sms - 1) / sms;
-  pl->coop = num_splits == 0 && pl->nk >= 64 && 10 * coop_tiles >= 9 * sms && coop_tiles <= 2 * sms &&
-             coop_tiles * pp_rounds >= pp_tiles * coop_rounds;  // tiles per round: coop's >= the ping-pong's
+  pl->coop = QDEC_W8A8_WGMMA_FORCE_COOP
+                 ? num_splits == 0
+                 : num_splits == 0 && pl->nk >= 64 && 10 * coop_tiles >= 9 * sms && coop_tiles <= 2 * sms &&
+                       coop_tiles * pp_rounds >= pp_tiles * coop_rounds;  // tiles per round: coop's >= the ping-pong's
   pl->tiles_n = pl->coop ? (n + kCoopBN - 1) / kCoopBN : (n + kBN - 1) / kBN;
   const long long chunks = pl->coop ? kCoopPartialChunks : kPartialChunks;
   const long long tiles = static_cast<long long>(pl->tiles_m) * pl->tiles_n;
