@@ -170,6 +170,8 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
         }
       if (!found) throw BenchError(fmt::format("--w4a8-paths: unknown path '{}'", name));
     }
+    for (int sp : o.w4a8_splits)
+      if (sp < 1) throw BenchError(fmt::format("--w4a8-splits: split count {} is not >= 1", sp));
 
     cudaStream_t stream;
     BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -455,13 +457,23 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
               int auto_splits = 0;
               const Status auto_st = w4a8_gemm_plan(p, &auto_path, &auto_splits);
               std::string fail = auto_st.ok() ? "" : auto_st.to_string();
-              for (size_t pi = 0; pi < w4a8_paths.size() && fail.empty(); ++pi) {
-                const W4A8Path want = w4a8_paths[pi];
+              // (path, forced split count): every requested path; forced paths once per --w4a8-splits value.
+              std::vector<std::pair<W4A8Path, int>> runs;
+              for (W4A8Path want : w4a8_paths) {
+                if (want == W4A8Path::kAuto || o.w4a8_splits.empty()) {
+                  runs.emplace_back(want, 0);
+                } else {
+                  for (int sp : o.w4a8_splits) runs.emplace_back(want, sp);
+                }
+              }
+              for (size_t pi = 0; pi < runs.size() && fail.empty(); ++pi) {
+                const W4A8Path want = runs[pi].first;
                 // A forced path that is auto's pick is timed once (as auto, where auto is also requested).
-                if (want == auto_path &&
+                if (want == auto_path && runs[pi].second == 0 &&
                     std::find(w4a8_paths.begin(), w4a8_paths.end(), W4A8Path::kAuto) != w4a8_paths.end())
                   continue;
                 p.path = want;
+                p.num_splits = runs[pi].second;
                 size_t wsb = 0;
                 W4A8Path used;
                 W8A8Backend w8b = W8A8Backend::kAuto;

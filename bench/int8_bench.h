@@ -25,6 +25,7 @@ struct Int8BenchOptions {
   bool w4a8 = true;            // the W4A8 rows (prepacks random QoQ weights on the CPU: slow at large N x K)
   int mma_max_m = 1024;        // time the kMma backend up to this M (it is the slow choice above kW8A8AutoMmaMaxM)
   std::vector<std::string> w4a8_paths{"auto"};  // W4A8 paths timed per scheme: auto, t8 .. t128, dq-w8a8
+  std::vector<int> w4a8_splits;                 // forced W4A8 paths: the split-K counts timed (empty = the planner's)
   int iters = 30;
   int warmup = 5;
   uint64_t seed = 0x5eed005;
@@ -53,6 +54,9 @@ void add_int8_bench_options(App* app, Int8BenchOptions* o) {
          "paths that equal auto's pick are timed once; '*' marks auto's pick)")
       ->delimiter(',')
       ->capture_default_str();
+  app->add_option("--w4a8-splits", o->w4a8_splits,
+                  "Forced W4A8 paths: comma list of split-K counts to time each with (default: the planner's)")
+      ->delimiter(',');
   app->add_option("--iters", o->iters, "Timed launches per case (median reported)")->capture_default_str();
   app->add_option("--warmup", o->warmup, "Untimed launches per case")->capture_default_str();
   app->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();

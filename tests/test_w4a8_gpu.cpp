@@ -338,13 +338,14 @@ TEST(W4A8Gpu, AutoWgmmaByMAndWeights) {
   };
   const Want wants[] = {{64, 28672, 4096, W4A8Path::kTokens64},      {65, 28672, 4096, W4A8Path::kWgmma128},
                         {128, 8192, 8192, W4A8Path::kWgmma128},      {128, 4096, 14336, W4A8Path::kWgmma128},
-                        {128, 4096, 4096, W4A8Path::kTokens64},      {129, 28672, 4096, W4A8Path::kWgmma256},
+                        {128, 4096, 4096, W4A8Path::kWgmma128},      {129, 28672, 4096, W4A8Path::kWgmma256},
                         {256, 4096, 14336, W4A8Path::kWgmma128},     {256, 6144, 4096, W4A8Path::kWgmma128},
                         {257, 28672, 4096, W4A8Path::kWgmma256},     {200, 16384, 4096, W4A8Path::kWgmma256},
                         {1024, 6144, 4096, W4A8Path::kWgmma256},     {2048, 4096, 4096, W4A8Path::kWgmma256},
                         {2049, 28672, 4096, W4A8Path::kDequantW8A8}, {1024, 1280, 8192, W4A8Path::kDequantW8A8},
                         {100, 16383, 4096, W4A8Path::kWgmma128},     {100, 6144, 4096, W4A8Path::kWgmma128},
-                        {100, 6143, 4096, W4A8Path::kTokens64},      {200, 4096, 4096, W4A8Path::kWgmma128},
+                        {100, 4096, 4096, W4A8Path::kWgmma128},      {100, 4095, 4096, W4A8Path::kTokens64},
+                        {128, 1280, 8192, W4A8Path::kTokens64},      {200, 4096, 4096, W4A8Path::kWgmma128},
                         {200, 4095, 4096, W4A8Path::kDequantW8A8},   {200, 1280, 8192, W4A8Path::kDequantW8A8}};
   const uintptr_t fake = 256;  // aligned, non-null
   for (const Want& w : wants) {

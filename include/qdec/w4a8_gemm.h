@@ -64,15 +64,16 @@ const char* w4a8_path_name(W4A8Path p);
 // kernel (t64) was faster than the dequantize path on 6 of 7 shapes, at M = 192 (three tiles, as from 129) slower on
 // 5 of 7, at M >= 384 slower on every shape (the path 1.13x-1.99x faster than the best kernel configuration).
 inline constexpr int kW4A8AutoDequantMinM = 129;
-// On sm_90 kAuto takes the wgmma kernel instead, for large weights (N x K elements) at mid M (sessions 12-13, H200,
-// both schemes, docs/int8_w4a8.md): M in (64, 128] with at least kW4A8AutoWgmmaMinWeights128 (kWgmma128: 1.0x-1.14x
-// faster than t64 on 6144 x 4096, 8192 x 3584 and 4096 x 14336, 28672 x 4096 44 us against t64's 78; t64 stays
-// faster on 4096 x 4096 and 1280 x 8192); M in [129, 256] with at least kW4A8AutoWgmmaMinWeights256 (kWgmma256 where
-// N >= kW4A8AutoWgmma256MinN, else kWgmma128: 1.0x-1.23x faster than the dequantize path on 4096 x 4096 and 6144 x
-// 4096, more above; on 1280 x 8192 the dequantize path stays faster); M in [257, kW4A8AutoWgmmaMaxM] with the same
-// weights, kWgmma256 (M = 1024: 1.04x-1.22x faster than the dequantize path on 4 of 6 shapes, within 1.2% on the
-// other two; at M = 4096 the dequantize path is 1-24% faster for qoq-g128, kWgmma256 3-6% faster for qoq-c on 6 of 7).
-inline constexpr long long kW4A8AutoWgmmaMinWeights128 = 24LL << 20;  // 6144 x 4096 and up
+// On sm_90 kAuto takes the wgmma kernel instead, for large weights (N x K elements) at mid M (sessions 12-13 and 20,
+// H200, both schemes, docs/int8_w4a8.md): M in (64, 128] with at least kW4A8AutoWgmmaMinWeights128 (kWgmma128:
+// 1.0x-1.14x faster than t64 on 6144 x 4096, 8192 x 3584 and 4096 x 14336, 28672 x 4096 44 us against t64's 78; since
+// session 20's programmatic launch also 1.06x-1.08x on 4096 x 4096; t64 stays on 1280 x 8192); M in [129, 256] with at
+// least kW4A8AutoWgmmaMinWeights256 (kWgmma256 where N >= kW4A8AutoWgmma256MinN, else kWgmma128: 1.0x-1.23x faster than
+// the dequantize path on 4096 x 4096 and 6144 x 4096, more above; on 1280 x 8192 the dequantize path stays faster); M
+// in [257, kW4A8AutoWgmmaMaxM] with the same weights, kWgmma256 (M = 1024: 1.04x-1.22x faster than the dequantize path
+// on 4 of 6 shapes, within 1.2% on the other two; at M = 4096 the dequantize path is 1-24% faster for qoq-g128,
+// kWgmma256 3-6% faster for qoq-c on 6 of 7).
+inline constexpr long long kW4A8AutoWgmmaMinWeights128 = 16LL << 20;  // 4096 x 4096 and up (session 13: 24 Mi)
 inline constexpr long long kW4A8AutoWgmmaMinWeights256 = 16LL << 20;  // 4096 x 4096 and up
 inline constexpr int kW4A8AutoWgmmaMaxM = 2048;
 inline constexpr int kW4A8AutoWgmma256MinN = 16384;

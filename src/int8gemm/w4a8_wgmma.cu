@@ -26,6 +26,8 @@
 //   acquire-release shared-memory atomic: MEMBAR.ALL.CTA, 1-12% slower). Now (ncu, wg128, M = 128): ~108 warp
 //   instructions per warp and tile, the tensor pipe ~40% busy; each warpgroup's tile is a ~1000-cycle dependent
 //   chain (X wait, issue, previous-group wait, shared loads, dequantization) for 128 tensor cycles.
+// - Launched as the permute kernel's programmatic dependent (session 20, QDEC_W4A8_WGMMA_PDL below): the CTAs set up
+//   and request their first weight runs while the permute kernel runs, and wait for it before the first X copy.
 // - int32 until the epilogue, so split-K partials add exactly: the same per-split partials and ticket as the mma
 //   kernel (w4a8_kernel.cuh), the same epilogue arithmetic, hence the same output bits as the kTokens paths.
 #include <algorithm>
@@ -40,6 +42,18 @@
 
 namespace qdec::w4a8 {
 namespace {
+
+// QDEC_W4A8_WGMMA_PDL (build knob, 1; 0 for A/B variant builds): the GEMM kernel is launched as the permute kernel's
+// programmatic dependent, so its CTAs start, set up and request their first weight runs while the permute kernel runs,
+// and wait for it (griddepcontrol.wait) only before X. A grid of at most one CTA per SM then takes kOneCtaSmemBytes of
+// shared memory: launched early, the CTAs of the two-per-SM kernels otherwise paired up on the SMs that the permute
+// kernel left first (up to 1.3x slower), where a plain launch spreads them one per SM (docs/int8_w4a8.md, session 20).
+#ifndef QDEC_W4A8_WGMMA_PDL
+#define QDEC_W4A8_WGMMA_PDL 1
+#endif
+constexpr bool kPdl = QDEC_W4A8_WGMMA_PDL != 0;
+// Dynamic shared memory that keeps a second CTA off the SM (2 x (116 + 1) KiB > 228 KiB).
+constexpr int kOneCtaSmemBytes = 116 * 1024;
 
 template <int kTok_>
 struct WgConfig {
@@ -118,9 +132,11 @@ __device__ __forceinline__ void fence_proxy_async() {
 // the tile, word 4a + b of its 64 bytes goes to 16-byte chunk b, word a, at [r / 8][chunk][r % 8] (512 bytes per 8
 // tokens), so that one bulk copy moves a tile. out is [rows][k_tiles][kTok * 64]; tokens past M are zeros. One
 // thread per (64-K tile, token), tokens fastest: four 16-byte loads, four 16-byte stores (8 threads fill 128
-// contiguous bytes per chunk).
+// contiguous bytes per chunk). It lets its programmatic dependent (the GEMM kernel) launch at once; that waits for
+// this grid's completion before it reads X.
 __global__ void permute_x_kernel(const int8_t* __restrict__ xq, long long ldq, int m, int tok_tile, int k_tiles,
                                  long long padded_rows, uint8_t* __restrict__ out) {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= padded_rows * k_tiles) return;
   const long long r = i % padded_rows, kt = i / padded_rows;
@@ -278,6 +294,9 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
 
   if (lane == 0)
     for (int r = 0; r < C::kDWS && r < n_runs; ++r) load_w(r, r);
+  // Launched as the permute kernel's programmatic dependent (kPdl), the CTA has set up and requested its first weight
+  // runs while that kernel ran; the X image it writes is read only after this (a no-op in a plain launch).
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   if (tid == 0)
     for (int j = 0; j < C::kXSlots && j < n_kt; ++j) load_x(j);
 
@@ -467,7 +486,7 @@ Status prepare() {
   const uint32_t bit = 1u << (dev & 31);
   if (!(done_mask.load(std::memory_order_acquire) & bit)) {
     QDEC_CUDA_RETURN(cudaFuncSetAttribute(w4a8_wgmma_kernel<kTok, kGroup>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          WgConfig<kTok>::kSmemBytes));
+                                          std::max(WgConfig<kTok>::kSmemBytes, kOneCtaSmemBytes)));
     done_mask.fetch_or(bit, std::memory_order_acq_rel);
   }
   return Status::Ok();
@@ -492,12 +511,19 @@ Status launch(const KernelParams& kp, dim3 grid, uint8_t* x_perm, cudaStream_t s
   QDEC_RETURN_IF_ERROR((prepare<kTok, kGroup>()));
   const long long padded = static_cast<long long>((kp.m + kTok - 1) / kTok) * kTok;
   const long long items = padded * kp.k_tiles;
+  int smem = WgConfig<kTok>::kSmemBytes;
+  if (kPdl) {
+    DeviceInfo dev;
+    QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+    if (static_cast<long long>(grid.x) * grid.z <= dev.sm_count) smem = std::max(smem, kOneCtaSmemBytes);
+  }
   permute_x_kernel<<<unsigned((items + 255) / 256), 256, 0, stream>>>(kp.xq, kp.ldq, kp.m, kTok, kp.k_tiles, padded,
                                                                       x_perm);
   QDEC_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "w4a8 permute_x_kernel launch"));
   KernelParams kq = kp;
   kq.xq = reinterpret_cast<const int8_t*>(x_perm);
-  w4a8_wgmma_kernel<kTok, kGroup><<<grid, kThreads, WgConfig<kTok>::kSmemBytes, stream>>>(kq);
+  const LaunchConfig cfg(grid, dim3(kThreads), smem, stream, kPdl);
+  QDEC_CUDA_RETURN(cudaLaunchKernelEx(cfg.get(), w4a8_wgmma_kernel<kTok, kGroup>, kq));
   return cuda_status(cudaGetLastError(), "w4a8_wgmma_kernel launch");
 }
 
