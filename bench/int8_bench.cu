@@ -493,7 +493,7 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
                 const std::string path =
                     (used == W4A8Path::kDequantW8A8 ? fmt::format("dq+{} s{}", w8a8_backend_name(w8b), splits)
                                                     : fmt::format("{} s{}", w4a8_path_name(used), splits)) +
-                    std::string(used == auto_path ? "*" : "");
+                    std::string(used == auto_path && splits == auto_splits ? "*" : "");
                 const int n_sets = int(s.d.size());
                 timed(name, path, double(s.bytes) + double(m) * sh.k + 4.0 * m + y16, [&](int i) {
                   p.x.q = xq[i % sets].as<int8_t>();
