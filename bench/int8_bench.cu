@@ -145,6 +145,9 @@ Status random_w4a8(int n, int k, int group_size, uint64_t seed, W4A8Packed* out)
 
 int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
   try {
+    // Options checked before any GPU work, so that a bad value fails the run with or without a GPU.
+    for (int sp : o.w4a8_splits)
+      if (sp < 1) throw BenchError(fmt::format("--w4a8-splits: split count {} is not >= 1", sp));
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -170,8 +173,6 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
         }
       if (!found) throw BenchError(fmt::format("--w4a8-paths: unknown path '{}'", name));
     }
-    for (int sp : o.w4a8_splits)
-      if (sp < 1) throw BenchError(fmt::format("--w4a8-splits: split count {} is not >= 1", sp));
 
     cudaStream_t stream;
     BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
