@@ -329,6 +329,38 @@ TEST(W4A8Gpu, WgmmaBitwiseAsMma) {
       }
 }
 
+// Split-K on the wgmma paths: 2 to 8 splits of a grid that fits the SMs run as clusters that add their partials
+// through distributed shared memory, 16 splits through the workspace and a ticket; bit for bit the t64 kernel's
+// outputs either way (int32 partials).
+TEST(W4A8Gpu, WgmmaSplitKClustersBitwiseAsMma) {
+  QDEC_SKIP_WITHOUT_GPU();
+  if (!sm90_device()) GTEST_SKIP() << "the wgmma paths need an sm_90 device";
+  QDEC_TEST_RNG(rng);
+  int i = 0;
+  for (int gs : {128, 0})
+    for (W4A8Path path : {W4A8Path::kWgmma64, W4A8Path::kWgmma128, W4A8Path::kWgmma256})
+      for (int splits : {2, 3, 4, 5, 8, 16}) {
+        Case ref{gs, 300, 1000, 2048}, wg = ref;
+        ref.bias = wg.bias = true;
+        ref.y_dtype = wg.y_dtype = i % 3 == 0 ? GemmDType::kFP32 : i % 3 == 1 ? GemmDType::kBF16 : GemmDType::kFP16;
+        ++i;
+        ref.path = W4A8Path::kTokens64;
+        ref.splits = 1;
+        wg.path = path;
+        wg.splits = splits;
+        std::mt19937_64 rng_same = rng;
+        std::vector<uint8_t> y_ref, y_wg;
+        run_case(ref, rng, &y_ref);
+        run_case(wg, rng_same, &y_wg);
+        ASSERT_EQ(y_ref.size(), y_wg.size());
+        const size_t es = wg.y_dtype == GemmDType::kFP32 ? 4 : 2;
+        size_t differ = 0;
+        for (size_t b = 0; b + es <= y_ref.size(); b += es) differ += std::memcmp(&y_ref[b], &y_wg[b], es) != 0;
+        EXPECT_EQ(differ, 0u) << describe(wg) << ": outputs differing from t64";
+        if (::testing::Test::HasFailure()) return;
+      }
+}
+
 // kAuto's choice of the wgmma kernel on sm_90, by M and weight size (N x K); planning only (the pointers are never
 // read, nothing is launched).
 TEST(W4A8Gpu, AutoWgmmaByMAndWeights) {
@@ -338,17 +370,21 @@ TEST(W4A8Gpu, AutoWgmmaByMAndWeights) {
     int m, n, k;
     W4A8Path path;
   };
-  const Want wants[] = {{64, 28672, 4096, W4A8Path::kTokens64},      {65, 28672, 4096, W4A8Path::kWgmma128},
-                        {128, 8192, 8192, W4A8Path::kWgmma128},      {128, 4096, 14336, W4A8Path::kWgmma128},
-                        {128, 4096, 4096, W4A8Path::kWgmma128},      {129, 28672, 4096, W4A8Path::kWgmma256},
-                        {256, 4096, 14336, W4A8Path::kWgmma128},     {256, 6144, 4096, W4A8Path::kWgmma128},
-                        {257, 28672, 4096, W4A8Path::kWgmma256},     {200, 16384, 4096, W4A8Path::kWgmma256},
-                        {1024, 6144, 4096, W4A8Path::kWgmma256},     {2048, 4096, 4096, W4A8Path::kWgmma256},
-                        {2049, 28672, 4096, W4A8Path::kDequantW8A8}, {1024, 1280, 8192, W4A8Path::kDequantW8A8},
-                        {100, 16383, 4096, W4A8Path::kWgmma128},     {100, 6144, 4096, W4A8Path::kWgmma128},
-                        {100, 4096, 4096, W4A8Path::kWgmma128},      {100, 4095, 4096, W4A8Path::kTokens64},
-                        {128, 1280, 8192, W4A8Path::kTokens64},      {200, 4096, 4096, W4A8Path::kWgmma128},
-                        {200, 4095, 4096, W4A8Path::kDequantW8A8},   {200, 1280, 8192, W4A8Path::kDequantW8A8}};
+  const Want wants[] = {{16, 28672, 4096, W4A8Path::kTokens16},     {17, 28672, 4096, W4A8Path::kWgmma64},
+                        {32, 16384, 4096, W4A8Path::kWgmma64},      {32, 16383, 4096, W4A8Path::kTokens32},
+                        {32, 4096, 4096, W4A8Path::kTokens32},      {33, 1280, 8192, W4A8Path::kWgmma64},
+                        {48, 4096, 4096, W4A8Path::kWgmma64},       {64, 28672, 4096, W4A8Path::kWgmma64},
+                        {64, 1279, 8192, W4A8Path::kTokens64},      {65, 28672, 4096, W4A8Path::kWgmma128},
+                        {128, 8192, 8192, W4A8Path::kWgmma128},     {128, 4096, 14336, W4A8Path::kWgmma128},
+                        {128, 4096, 4096, W4A8Path::kWgmma128},     {128, 1280, 8192, W4A8Path::kWgmma128},
+                        {100, 1279, 8192, W4A8Path::kTokens64},     {129, 28672, 4096, W4A8Path::kWgmma256},
+                        {129, 6144, 4096, W4A8Path::kWgmma256},     {129, 6143, 4096, W4A8Path::kWgmma128},
+                        {256, 4096, 14336, W4A8Path::kWgmma128},    {256, 6144, 4096, W4A8Path::kWgmma256},
+                        {200, 1280, 8192, W4A8Path::kWgmma128},     {200, 1279, 8192, W4A8Path::kDequantW8A8},
+                        {200, 6144, 2048, W4A8Path::kWgmma128},     {257, 28672, 4096, W4A8Path::kWgmma256},
+                        {200, 16384, 4096, W4A8Path::kWgmma256},    {1024, 6144, 4096, W4A8Path::kWgmma256},
+                        {2048, 4096, 4096, W4A8Path::kWgmma256},    {2049, 28672, 4096, W4A8Path::kDequantW8A8},
+                        {1024, 1280, 8192, W4A8Path::kDequantW8A8}, {100, 4095, 4096, W4A8Path::kWgmma128}};
   const uintptr_t fake = 256;  // aligned, non-null
   for (const Want& w : wants) {
     W4A8Params p;

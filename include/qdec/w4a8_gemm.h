@@ -64,19 +64,22 @@ const char* w4a8_path_name(W4A8Path p);
 // kernel (t64) was faster than the dequantize path on 6 of 7 shapes, at M = 192 (three tiles, as from 129) slower on
 // 5 of 7, at M >= 384 slower on every shape (the path 1.13x-1.99x faster than the best kernel configuration).
 inline constexpr int kW4A8AutoDequantMinM = 129;
-// On sm_90 kAuto takes the wgmma kernel instead, for large weights (N x K elements) at mid M (sessions 12-13 and 20,
-// H200, both schemes, docs/int8_w4a8.md): M in (64, 128] with at least kW4A8AutoWgmmaMinWeights128 (kWgmma128:
-// 1.0x-1.14x faster than t64 on 6144 x 4096, 8192 x 3584 and 4096 x 14336, 28672 x 4096 44 us against t64's 78; since
-// session 20's programmatic launch also 1.06x-1.08x on 4096 x 4096; t64 stays on 1280 x 8192); M in [129, 256] with at
-// least kW4A8AutoWgmmaMinWeights256 (kWgmma256 where N >= kW4A8AutoWgmma256MinN, else kWgmma128: 1.0x-1.23x faster than
-// the dequantize path on 4096 x 4096 and 6144 x 4096, more above; on 1280 x 8192 the dequantize path stays faster); M
-// in [257, kW4A8AutoWgmmaMaxM] with the same weights, kWgmma256 (M = 1024: 1.04x-1.22x faster than the dequantize path
-// on 4 of 6 shapes, within 1.2% on the other two; at M = 4096 the dequantize path is 1-24% faster for qoq-g128,
-// kWgmma256 3-6% faster for qoq-c on 6 of 7).
-inline constexpr long long kW4A8AutoWgmmaMinWeights128 = 16LL << 20;  // 4096 x 4096 and up (session 13: 24 Mi)
+// On sm_90 kAuto takes the wgmma kernel instead, for weights (N x K elements) of at least kW4A8AutoWgmmaMinWeights128
+// at M in (16, 256] and kW4A8AutoWgmmaMinWeights256 above (H200, both schemes, docs/int8_w4a8.md). Since session 21
+// its split-K partials add up in thread block clusters, and (bench_int8, two rounds, 7 shapes): kWgmma64 at M in
+// (32, 64] (1.05x-1.42x faster than t64; 28672 x 4096 at M = 64 31.6 us against 39.9) and at M in (16, 32] where N
+// >= kW4A8AutoWgmmaWideMinN (28672 x 4096: 31.4 us against t32's 42.6; t32 faster or equal on the other shapes);
+// kWgmma128 at M in (64, 128] (1.13x-2.0x faster than t64, now on 1280 x 8192 too) and at M in (128, 256] where N <
+// kW4A8AutoWgmma256MinN (1280 x 8192 at M = 256: 19.9 us against the dequantize path's 22.8), kWgmma256 from that N
+// (1.01x-1.06x faster than kWgmma128 on 6144 x 4096, 8192 x 3584, 8192 x 8192 and 28672 x 4096 at M = 192 / 256);
+// M in [257, kW4A8AutoWgmmaMaxM], kWgmma256 (sessions 12-13: M = 1024 1.04x-1.22x faster than the dequantize path on 4
+// of 6 shapes, within 1.2% on the other two; at M = 4096 the dequantize path is 1-24% faster for qoq-g128, kWgmma256
+// 3-6% faster for qoq-c on 6 of 7). The smallest shape measured is 1280 x 8192 (10 Mi weights).
+inline constexpr long long kW4A8AutoWgmmaMinWeights128 = 10LL << 20;  // 1280 x 8192 and up (session 20: 16 Mi)
 inline constexpr long long kW4A8AutoWgmmaMinWeights256 = 16LL << 20;  // 4096 x 4096 and up
 inline constexpr int kW4A8AutoWgmmaMaxM = 2048;
-inline constexpr int kW4A8AutoWgmma256MinN = 16384;
+inline constexpr int kW4A8AutoWgmma256MinN = 6144;    // M in (128, 256] (session 20: 16384)
+inline constexpr int kW4A8AutoWgmmaWideMinN = 16384;  // kWgmma64 from M = 17
 
 struct W4A8Params {
   Int8ActivationsView x;  // x.k == w.k; row_sum required for group_size 0

@@ -292,12 +292,19 @@ Status make_plan(const W4A8Params& p, Plan* plan) {
            : m < kW4A8AutoDequantMinM ? W4A8Path::kTokens64
                                       : W4A8Path::kDequantW8A8;
     const long long weights = (long long)p.w.n * p.w.k;
-    if (m > 64 && m <= kW4A8AutoWgmmaMaxM && weights >= kW4A8AutoWgmmaMinWeights256 &&
+    if (m > 16 && m <= kW4A8AutoWgmmaMaxM && weights >= kW4A8AutoWgmmaMinWeights128 &&
         w4a8::wgmma_kernel_supported().ok()) {
-      if (m <= 128) {
-        if (weights >= kW4A8AutoWgmmaMinWeights128) path = W4A8Path::kWgmma128;
-      } else {
-        path = m > 256 || p.w.n >= kW4A8AutoWgmma256MinN ? W4A8Path::kWgmma256 : W4A8Path::kWgmma128;
+      const bool big = weights >= kW4A8AutoWgmmaMinWeights256;
+      if (m <= 32) {
+        if (p.w.n >= kW4A8AutoWgmmaWideMinN) path = W4A8Path::kWgmma64;
+      } else if (m <= 64) {
+        path = W4A8Path::kWgmma64;
+      } else if (m <= 128) {
+        path = W4A8Path::kWgmma128;
+      } else if (m <= 256) {
+        path = big && p.w.n >= kW4A8AutoWgmma256MinN ? W4A8Path::kWgmma256 : W4A8Path::kWgmma128;
+      } else if (big) {
+        path = W4A8Path::kWgmma256;
       }
     }
   }
@@ -330,12 +337,13 @@ Status make_plan(const W4A8Params& p, Plan* plan) {
     return invalid("M " + std::to_string(m) + " x N " + std::to_string(p.w.n) + " needs more than 2^31 - 1 CTA tiles");
   int splits = p.num_splits;
   if (splits == 0) {
-    // Among the split counts whose CTAs all run in one wave (the resident slots), the one with the least work on the
-    // busiest SM, ceil(CTAs / SMs) x tiles per split (ties: more splits), keeping >= kMinTilesPerSplit 64-K tiles
-    // per split and the int32 partials (4 bytes per output per split) below the weight bytes. Fitted to a sweep of
-    // forced counts 1, 2, 3, 4, 6, 8, 12, 16 (session 11, H200, docs/int8_w4a8.md): choosing among the swept
-    // counts it is within 1.3% (geomean) of the best over 210 (shape, M, configuration) cells, worst 1.22x; the
-    // previous rule (the fewest splits filling the slots >= 90%, in any number of waves) was 1.09x, worst 1.65x.
+    // The mma paths: among the split counts whose CTAs all run in one wave (the resident slots), the one with the
+    // least work on the busiest SM, ceil(CTAs / SMs) x tiles per split (ties: more splits), keeping >=
+    // kMinTilesPerSplit 64-K tiles per split and the int32 partials (4 bytes per output per split) below the weight
+    // bytes. Fitted to a sweep of forced counts 1, 2, 3, 4, 6, 8, 12, 16 (session 11, H200, docs/int8_w4a8.md):
+    // choosing among the swept counts it is within 1.3% (geomean) of the best over 210 (shape, M, configuration) cells,
+    // worst 1.22x; the previous rule (the fewest splits filling the slots >= 90%, in any number of waves) was 1.09x,
+    // worst 1.65x.
     constexpr int kMinTilesPerSplit = 10;
     DeviceInfo dev;
     QDEC_RETURN_IF_ERROR(current_device_info(&dev));
@@ -368,7 +376,33 @@ Status make_plan(const W4A8Params& p, Plan* plan) {
     const long long s_max =
         std::max(1LL, std::min<long long>(lay.k_tiles() / kMinTilesPerSplit, w_bytes / acc_per_split));
     long long s = 1, best_cost = -1;
-    for (long long c = 1; c <= s_max; ++c) {
+    if (is_wgmma(path)) {
+      // The wgmma paths add split partials in clusters where they fit (w4a8_wgmma.h), far cheaper than through the
+      // workspace: an estimate in 64-K tiles, tiles per split x (1 + kCoResident x (CTAs on the busiest SM - 1)),
+      // plus kClusterTiles + kClusterTilesPerSplit x splits for a cluster reduction or kTicketTiles for a ticket
+      // one, over the counts swept (1-6, 8) whose CTAs all run in one wave. Fitted to a sweep of those counts (session
+      // 21, H200, docs/int8_w4a8.md: wg64 / wg128 / wg256, M = 64, 128, 256, both schemes, 7 shapes): 1.003x the
+      // best swept count (geomean over 126 cells), worst 1.07x; the rule below (before clusters) 1.074x, worst 2.2x.
+      constexpr double kCoResident = 0.5, kClusterTiles = 2, kClusterTilesPerSplit = 2, kTicketTiles = 32;
+      double best = -1;
+      for (const int c : {1, 2, 3, 4, 5, 6, 8}) {
+        if (c > lay.k_tiles()) break;
+        const long long per = (lay.k_tiles() + c - 1) / c, eff = (lay.k_tiles() + per - 1) / per;
+        if (eff > 1 && base * eff > slots) break;
+        int cluster = 1;
+        if (eff > 1)
+          QDEC_RETURN_IF_ERROR(
+              w4a8::wgmma_split_k_cluster(tokens, group, dim3(unsigned(base), 1u, unsigned(eff)), &cluster));
+        const long long busiest = (base * eff + dev.sm_count - 1) / dev.sm_count;
+        double cost = double(per) * (1.0 + kCoResident * double(busiest - 1));
+        if (eff > 1) cost += cluster > 1 ? kClusterTiles + kClusterTilesPerSplit * double(eff) : kTicketTiles;
+        if (best < 0 || cost < best - 1e-9) {
+          best = cost;
+          s = eff;
+        }
+      }
+    }
+    for (long long c = 1; c <= s_max && !is_wgmma(path); ++c) {
       const long long per = (lay.k_tiles() + c - 1) / c, eff = (lay.k_tiles() + per - 1) / per;  // no empty split
       if (eff > 1 && base * eff > slots) break;
       const long long cost = (base * eff + dev.sm_count - 1) / dev.sm_count * per;

@@ -28,11 +28,17 @@
 //   chain (X wait, issue, previous-group wait, shared loads, dequantization) for 128 tensor cycles.
 // - Launched as the permute kernel's programmatic dependent (session 20, QDEC_W4A8_WGMMA_PDL below): the CTAs set up
 //   and request their first weight runs while the permute kernel runs, and wait for it before the first X copy.
-// - int32 until the epilogue, so split-K partials add exactly: the same per-split partials and ticket as the mma
-//   kernel (w4a8_kernel.cuh), the same epilogue arithmetic, hence the same output bits as the kTokens paths.
+// - int32 until the epilogue, so split-K partials add exactly, in any order: the same epilogue arithmetic as the mma
+//   kernel (w4a8_kernel.cuh), hence the same output bits as the kTokens paths. Split-K (session 21): where the K splits
+//   of a tile fit the SMs as one thread block cluster (2-8 CTAs), each CTA leaves its partial in its shared memory
+//   and adds the cluster's partials of its share of the tile's tokens through distributed shared memory, then stores
+//   that share; otherwise, as the mma kernel, partials in the workspace and the last CTA of the tile by ticket adds
+//   them. The cluster form took 5-25% off split grids at M = 64-256 (docs/int8_w4a8.md, session 21).
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "int8gemm/w4a8_kernel.cuh"
 #include "int8gemm/w4a8_layout.h"
@@ -52,8 +58,46 @@ namespace {
 #define QDEC_W4A8_WGMMA_PDL 1
 #endif
 constexpr bool kPdl = QDEC_W4A8_WGMMA_PDL != 0;
+// QDEC_W4A8_WGMMA_CLUSTER (build knob, 1; 0 for A/B variant builds): a split-K grid of 2 to kMaxClusterSplits splits
+// is launched as clusters of its splits, which add their partials through distributed shared memory instead of the
+// workspace and a ticket (docs/int8_w4a8.md, session 21), where the clusters fit the SMs in as few rounds as the CTAs.
+#ifndef QDEC_W4A8_WGMMA_CLUSTER
+#define QDEC_W4A8_WGMMA_CLUSTER 1
+#endif
+constexpr bool kClusterSplitK = QDEC_W4A8_WGMMA_CLUSTER != 0;
+constexpr int kMaxClusterSplits = 8;  // the portable cluster size
 // Dynamic shared memory that keeps a second CTA off the SM (2 x (116 + 1) KiB > 228 KiB).
 constexpr int kOneCtaSmemBytes = 116 * 1024;
+
+// QDEC_W4A8_TIMELINE (probe builds only, default 0): every CTA of the GEMM kernel records %globaltimer at its phase
+// boundaries into g_timeline[cta][kTlSlots], and each permute CTA its start and end (after the CTA's stores), for
+// the timeline probe (bench/w4a8_timeline.cu). Off, the stamps compile to nothing. QDEC_W4A8_TIMELINE_NOPERM
+// (timing only, with it): the permute kernel is not launched (the GEMM reads a stale image).
+#ifndef QDEC_W4A8_TIMELINE
+#define QDEC_W4A8_TIMELINE 0
+#endif
+#if QDEC_W4A8_TIMELINE
+constexpr int kTlSlots = 10, kTlCtas = 4096;
+__device__ unsigned long long g_timeline[kTlCtas * (kTlSlots + 2)];
+#endif
+__device__ __forceinline__ void tl_stamp(int slot, bool cond) {
+#if QDEC_W4A8_TIMELINE
+  if (!cond) return;
+  const int cta = blockIdx.x + gridDim.x * blockIdx.z;
+  if (cta >= kTlCtas) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  if (slot == 1) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    t = smid;
+  }
+  g_timeline[cta * kTlSlots + slot] = t;
+#else
+  (void)slot;
+  (void)cond;
+#endif
+}
 
 template <int kTok_>
 struct WgConfig {
@@ -75,6 +119,13 @@ struct WgConfig {
   static constexpr int kBarOffset = kWOffset + kWarps * kWWarpBytes;
   // Barriers: [kWarps][kDWS] W full, [kXSlots] X full, [kXSlots] X empty.
   static constexpr int kSmemBytes = kBarOffset + (kWarps * kDWS + 2 * kXSlots) * 8;
+  // After the main loop the per-token epilogue operands (8 * kTok bytes) sit in the weight rings. In a split-K
+  // cluster the X ring holds the CTA's int32 partial ([chunk][thread] int4, kTok x 512 bytes), which the cluster's
+  // other CTAs read, so each warp's output staging (kTok x 32 bytes) goes to the weight rings, from kStageOffset;
+  // otherwise to the X ring.
+  static constexpr int kStageOffset = kWOffset + (8 * kTok + 127) / 128 * 128;
+  static_assert(kStageOffset + kWarps * kTok * 32 <= kBarOffset, "the output staging fits in the weight rings");
+  static_assert(kTok * 512 <= kWOffset, "the CTA's partial fits in the X ring");
   static constexpr int kMinBlocks = kTok >= 256 ? 1 : 2;
   static_assert(kXSlots % kWT == 0 && kXSlots % 2 == 0,
                 "the main loop is unrolled over a lap of the X ring: whole runs");
@@ -128,17 +179,50 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// ---- Thread block clusters (the split-K reduction through distributed shared memory) ----------------------------
+__device__ __forceinline__ uint32_t cluster_size() {
+  uint32_t v;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t v;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// The address of this CTA's shared-memory location `addr` in the cluster's CTA `rank`.
+__device__ __forceinline__ uint32_t map_shared(uint32_t addr, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ int4 ld_cluster_v4(uint32_t addr) {
+  int4 v;
+  asm volatile("ld.shared::cluster.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
 // X in the prepack's K order, as the kernel's shared-memory image of each (token tile, 64-K tile): for token r of
 // the tile, word 4a + b of its 64 bytes goes to 16-byte chunk b, word a, at [r / 8][chunk][r % 8] (512 bytes per 8
 // tokens), so that one bulk copy moves a tile. out is [rows][k_tiles][kTok * 64]; tokens past M are zeros. One
 // thread per (64-K tile, token), tokens fastest: four 16-byte loads, four 16-byte stores (8 threads fill 128
 // contiguous bytes per chunk). It lets its programmatic dependent (the GEMM kernel) launch at once; that waits for
 // this grid's completion before it reads X.
-__global__ void permute_x_kernel(const int8_t* __restrict__ xq, long long ldq, int m, int tok_tile, int k_tiles,
-                                 long long padded_rows, uint8_t* __restrict__ out) {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= padded_rows * k_tiles) return;
+__device__ __forceinline__ void permute_x_one(const int8_t* __restrict__ xq, long long ldq, int m, int tok_tile,
+                                              int k_tiles, long long padded_rows, uint8_t* __restrict__ out,
+                                              long long i) {
   const long long r = i % padded_rows, kt = i / padded_rows;
   uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0, v2 = v0, v3 = v0;
   if (r < m) {
@@ -155,6 +239,28 @@ __global__ void permute_x_kernel(const int8_t* __restrict__ xq, long long ldq, i
   *reinterpret_cast<uint4*>(img + 128) = make_uint4(v0.y, v1.y, v2.y, v3.y);
   *reinterpret_cast<uint4*>(img + 256) = make_uint4(v0.z, v1.z, v2.z, v3.z);
   *reinterpret_cast<uint4*>(img + 384) = make_uint4(v0.w, v1.w, v2.w, v3.w);
+}
+
+__global__ void permute_x_kernel(const int8_t* __restrict__ xq, long long ldq, int m, int tok_tile, int k_tiles,
+                                 long long padded_rows, uint8_t* __restrict__ out) {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#if QDEC_W4A8_TIMELINE
+  if (threadIdx.x == 0 && blockIdx.x < kTlCtas) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    g_timeline[kTlCtas * kTlSlots + 2 * blockIdx.x] = t;
+  }
+#endif
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < padded_rows * k_tiles) permute_x_one(xq, ldq, m, tok_tile, k_tiles, padded_rows, out, i);
+#if QDEC_W4A8_TIMELINE
+  __syncthreads();
+  if (threadIdx.x == 0 && blockIdx.x < kTlCtas) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    g_timeline[kTlCtas * kTlSlots + 2 * blockIdx.x + 1] = t;
+  }
+#endif
 }
 
 // ---- The epilogue -------------------------------------------------------------------------------------------------
@@ -227,6 +333,8 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   using C = WgConfig<kTok>;
   extern __shared__ __align__(256) uint8_t smem[];  // no static __shared__ (see the mma kernel's ticket flag)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  tl_stamp(0, tid == 0);
+  tl_stamp(1, tid == 0);
   const int g = lane >> 2, t = lane & 3;
   const int rows = (p.m + kTok - 1) / kTok;
   const int col = blockIdx.x / rows, row_tile = blockIdx.x % rows;
@@ -297,6 +405,7 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   // Launched as the permute kernel's programmatic dependent (kPdl), the CTA has set up and requested its first weight
   // runs while that kernel ran; the X image it writes is read only after this (a no-op in a plain launch).
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  tl_stamp(2, tid == 0);
   if (tid == 0)
     for (int j = 0; j < C::kXSlots && j < n_kt; ++j) load_x(j);
 
@@ -341,6 +450,7 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   RunAddr ra = run_addr(0, 0);
   if (n_kt > 0) {
     mbar_wait(w_full, 0);
+    tl_stamp(3, tid == 0);
     dequant_tile(ra, 0, a0);
   }
   int wslot = 0;  // the current run's ring slot
@@ -350,6 +460,7 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
       const int j = lap * C::kXSlots + u, pos = u % C::kWT, run = j / C::kWT;
       if (j >= n_kt) break;
       mbar_wait(x_full + u * 8, lap & 1);
+      tl_stamp(4, tid == 0 && j == 0);
       mma_tile(u, (u & 1) ? a1 : a0);
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
       fence_operands(d);
@@ -385,11 +496,46 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   }
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   fence_operands(d);
+  tl_stamp(5, tid == 0);
+  tl_stamp(6, tid == 128);
 
   // Register 4j + i: channel 16 (nb0 + warp) + g + 8 (i >> 1), token tok0 + 8j + 2t + (i & 1) (PTX ISA, wgmma D
   // fragment; as the mma kernel's fragment (b, mt = j, i)).
   constexpr int kChunks = kTok / 8;
-  if (gridDim.z > 1) {
+  // Chunks [j0, j1) of the tile are this CTA's to store: all of them, but in a cluster each split CTA stores its share.
+  int j0 = 0, j1 = kChunks;
+  const bool in_cluster = gridDim.z > 1 && cluster_size() == gridDim.z;
+  if (in_cluster) {
+    // Split-K through distributed shared memory (the K splits of a tile launched as one cluster): every CTA puts its
+    // int32 partial in its X ring, then adds the cluster's partials of its share of the chunks (pairs of 8-token
+    // chunks, for stmatrix) and stores them. Integer sums: the same output bits as the ticket path below.
+    const uint32_t part = smem_base + uint32_t(tid) * 16;  // + j * kThreads * 16: chunk j
+    __syncthreads();                                       // both warpgroups' wgmma have left the X ring
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j)
+      if (tok0 + 8 * j < p.m)
+        st_shared_v4(part + j * kThreads * 16, d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
+    tl_stamp(7, tid == 0);
+    cluster_arrive();
+    cluster_wait();
+    tl_stamp(8, tid == 0);
+    const int cs = int(gridDim.z), rank = int(cluster_rank()), pairs = kChunks / 2;
+    j0 = 2 * (rank * pairs / cs);
+    j1 = 2 * ((rank + 1) * pairs / cs);
+    for (int r = 1; r < cs; ++r) {
+      const uint32_t remote = map_shared(part, uint32_t((rank + r) % cs));
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j)
+        if (j >= j0 && j < j1 && tok0 + 8 * j < p.m) {
+          const int4 v = ld_cluster_v4(remote + j * kThreads * 16);
+          d[4 * j] += uint32_t(v.x);
+          d[4 * j + 1] += uint32_t(v.y);
+          d[4 * j + 2] += uint32_t(v.z);
+          d[4 * j + 3] += uint32_t(v.w);
+        }
+    }
+    cluster_arrive();  // this CTA's reads of the others' partials are done; it waits for theirs before it exits
+  } else if (gridDim.z > 1) {
     // Split-K exactly as the mma kernel: own slot of the partials ([tile][split][chunk][thread] int4), only chunks
     // whose first token is < M; the last CTA of the tile by ticket adds the others.
     int* s_last = reinterpret_cast<int*>(smem);
@@ -402,7 +548,9 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
 #pragma unroll
     for (int j = 0; j < kChunks; ++j)
       if (stored(j)) __stcg(slot(blockIdx.z, j), make_int4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]));
+    tl_stamp(7, tid == 0);
     if (!split_k_arrive(p.tickets, ticket, s_last)) return;
+    tl_stamp(8, tid == 0);
     for (int z = 0; z < int(gridDim.z); ++z) {
       if (z == int(blockIdx.z)) continue;
 #pragma unroll
@@ -419,7 +567,7 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   }
 
   // Epilogue: the mma kernel's arithmetic (w4a8_kernel.cuh), so the same output bits. The per-token operands go
-  // through shared memory past the X ring; the per-channel ones sit in registers.
+  // through shared memory (the weight rings); the per-channel ones sit in registers.
   const TokenOperands<kTok, kGroup> top(p, tok0, smem + C::kWOffset);
   const int ch0 = (nb0 + warp) * kTileN + g;
   ChannelOperands cop[2];
@@ -430,51 +578,67 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
     return output_value<kGroup>(int32_t(d[4 * j + 2 * h + e]), top.sx[tt], kGroup ? 0 : top.rsum[tt], cop[h]);
   };
   const bool vec = p.y_dtype != 2 && p.ldy % 8 == 0 && (reinterpret_cast<uintptr_t>(p.y) & 15) == 0;
-  if (vec) {
-    // bf16 / fp16: the warp's 16 channels x kTok tokens go through its kTok x 32 bytes of the (idle) X ring as
-    // [token][16 channels], written by stmatrix (transposed), then leave as 16-byte stores of 8 channels.
-    const bool fp16 = p.y_dtype == 1;
-    const uint32_t stage = smem_base + uint32_t(warp) * kTok * 32;
+  // Stores chunks [lo, hi) of the tile: all of them (kWhole, bounds known at compile time: 1-2% faster than the
+  // cluster form on unsplit grids), or [j0, j1) in a cluster.
+  auto store = [&](auto whole) {
+    constexpr bool kWhole = decltype(whole)::value;
+    const int lo = kWhole ? 0 : j0, hi = kWhole ? kChunks : j1;
+    if (vec) {
+      // bf16 / fp16: the warp's 16 channels x kTok tokens go through kTok x 32 bytes of the idle X ring (whole tiles)
+      // or weight rings (a cluster's share: the X ring holds the partial the others read) as [token][16 channels],
+      // written by stmatrix (transposed), then leave as 16-byte stores of 8 channels.
+      const bool fp16 = p.y_dtype == 1;
+      const uint32_t stage = smem_base + (kWhole ? 0u : uint32_t(C::kStageOffset)) + uint32_t(warp) * kTok * 32;
 #pragma unroll
-    for (int j = 0; j < kChunks; j += 2) {
-      uint32_t r[4];  // matrix 2 jj + h: tokens 8 (j + jj) .., channels 8 h ..
+      for (int j = 0; j < kChunks; j += 2) {
+        if (j < lo || j >= hi) continue;
+        uint32_t r[4];  // matrix 2 jj + h: tokens 8 (j + jj) .., channels 8 h ..
 #pragma unroll
-      for (int jj = 0; jj < 2; ++jj)
+        for (int jj = 0; jj < 2; ++jj)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) r[2 * jj + h] = pack_y2(value(j + jj, h, 0), value(j + jj, h, 1), fp16);
-      const int m = lane >> 3, i = lane & 7;
-      stmatrix_x4_trans(stage + uint32_t((8 * (j + (m >> 1)) + i) * 32 + (m & 1) * 16), r[0], r[1], r[2], r[3]);
-    }
-    __syncwarp();
-    const int chb = (nb0 + warp) * kTileN;
+          for (int h = 0; h < 2; ++h) r[2 * jj + h] = pack_y2(value(j + jj, h, 0), value(j + jj, h, 1), fp16);
+        const int m = lane >> 3, i = lane & 7;
+        stmatrix_x4_trans(stage + uint32_t((8 * (j + (m >> 1)) + i) * 32 + (m & 1) * 16), r[0], r[1], r[2], r[3]);
+      }
+      __syncwarp();
+      const int chb = (nb0 + warp) * kTileN;
 #pragma unroll 4
-    for (int v = lane; v < 2 * kTok; v += 32) {
-      const int tok = tok0 + (v >> 1), ch = chb + 8 * (v & 1);
-      if (tok >= p.m || ch >= p.n) continue;
-      const uint4 y = lds128(stage + uint32_t(v) * 16);
-      uint16_t* dst = static_cast<uint16_t*>(p.y) + size_t(tok) * p.ldy + ch;
-      if (ch + 8 <= p.n) {
-        *reinterpret_cast<uint4*>(dst) = y;
-      } else {
-        for (int c = 0; c < p.n - ch; ++c) {  // N % 8 != 0: the last vector's channels below N
-          const uint32_t w = c < 2 ? y.x : c < 4 ? y.y : c < 6 ? y.z : y.w;
-          dst[c] = uint16_t(w >> (16 * (c & 1)));
+      for (int v = 16 * lo + lane; v < 16 * hi; v += 32) {
+        const int tok = tok0 + (v >> 1), ch = chb + 8 * (v & 1);
+        if (tok >= p.m || ch >= p.n) continue;
+        const uint4 y = lds128(stage + uint32_t(v) * 16);
+        uint16_t* dst = static_cast<uint16_t*>(p.y) + size_t(tok) * p.ldy + ch;
+        if (ch + 8 <= p.n) {
+          *reinterpret_cast<uint4*>(dst) = y;
+        } else {
+          for (int c = 0; c < p.n - ch; ++c) {  // N % 8 != 0: the last vector's channels below N
+            const uint32_t w = c < 2 ? y.x : c < 4 ? y.y : c < 6 ? y.z : y.w;
+            dst[c] = uint16_t(w >> (16 * (c & 1)));
+          }
         }
       }
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (ch0 + 8 * h >= p.n) continue;
+#pragma unroll
+        for (int j = 0; j < kChunks; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            if (j < lo || j >= hi) continue;
+            const int tok = tok0 + 8 * j + 2 * t + e;
+            if (tok < p.m) store_y(p.y, p.y_dtype, size_t(tok) * p.ldy + ch0 + 8 * h, value(j, h, e));
+          }
+      }
     }
+  };
+  if (in_cluster) {
+    store(std::false_type{});
   } else {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (ch0 + 8 * h >= p.n) continue;
-#pragma unroll
-      for (int j = 0; j < kChunks; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int tok = tok0 + 8 * j + 2 * t + e;
-          if (tok < p.m) store_y(p.y, p.y_dtype, size_t(tok) * p.ldy + ch0 + 8 * h, value(j, h, e));
-        }
-    }
+    store(std::true_type{});
   }
+  if (in_cluster) cluster_wait();  // the others have read this CTA's partial
+  tl_stamp(9, tid == 0);
 #endif
 }
 
@@ -506,23 +670,72 @@ Status occupancy_of(int* blocks) {
   return Status::Ok();
 }
 
+// How many clusters of `splits` CTAs (1 x 1 x splits) with `smem` bytes of shared memory each the device runs at once
+// (cudaOccupancyMaxActiveClusters; cached per cluster size and shared-memory choice).
+template <int kTok, bool kGroup>
+Status max_active_clusters(int splits, int smem, dim3 grid, int* clusters) {
+  static std::atomic<int> cache[kMaxClusterSplits + 1][2] = {};
+  const int big = smem > WgConfig<kTok>::kSmemBytes ? 1 : 0;
+  if (const int c = cache[splits][big].load(std::memory_order_acquire); c > 0) {
+    *clusters = c - 1;
+    return Status::Ok();
+  }
+  QDEC_RETURN_IF_ERROR((prepare<kTok, kGroup>()));
+  LaunchConfig cfg(grid, dim3(kThreads), smem, nullptr, false);
+  cfg.set_cluster(dim3(1, 1, splits));
+  int n = 0;
+  QDEC_CUDA_RETURN(cudaOccupancyMaxActiveClusters(&n, w4a8_wgmma_kernel<kTok, kGroup>, cfg.get()));
+  cache[splits][big].store(n + 1, std::memory_order_release);
+  *clusters = n;
+  return Status::Ok();
+}
+
+// The cluster size of a launch of `grid` with `smem` bytes of shared memory per CTA: grid.z (the K splits of a tile
+// in one cluster) when 2 <= grid.z <= kMaxClusterSplits and the clusters take no more rounds of the SMs than the
+// CTAs alone, else 1.
+template <int kTok, bool kGroup>
+Status split_k_clusters(dim3 grid, int smem, int sm_count, int* cluster) {
+  *cluster = 1;
+  if (!kClusterSplitK || grid.z < 2 || grid.z > unsigned(kMaxClusterSplits)) return Status::Ok();
+  int per_sm = 0, clusters = 0;
+  QDEC_RETURN_IF_ERROR((occupancy_of<kTok, kGroup>(&per_sm)));
+  if (smem > WgConfig<kTok>::kSmemBytes) per_sm = 1;
+  QDEC_RETURN_IF_ERROR((max_active_clusters<kTok, kGroup>(int(grid.z), smem, grid, &clusters)));
+  const long long ctas = static_cast<long long>(grid.x) * grid.z, slots = static_cast<long long>(per_sm) * sm_count;
+  if (clusters > 0 && (grid.x + clusters - 1) / clusters <= (ctas + slots - 1) / slots) *cluster = int(grid.z);
+  return Status::Ok();
+}
+
+// The shared memory per CTA of a launch of `grid`: one CTA per SM when the grid fits the SMs (programmatic launch).
+template <int kTok>
+int launch_smem(dim3 grid, int sm_count) {
+  const long long ctas = static_cast<long long>(grid.x) * grid.z;
+  return kPdl && ctas <= sm_count ? std::max(WgConfig<kTok>::kSmemBytes, kOneCtaSmemBytes) : WgConfig<kTok>::kSmemBytes;
+}
+
 template <int kTok, bool kGroup>
 Status launch(const KernelParams& kp, dim3 grid, uint8_t* x_perm, cudaStream_t stream) {
   QDEC_RETURN_IF_ERROR((prepare<kTok, kGroup>()));
   const long long padded = static_cast<long long>((kp.m + kTok - 1) / kTok) * kTok;
   const long long items = padded * kp.k_tiles;
-  int smem = WgConfig<kTok>::kSmemBytes;
-  if (kPdl) {
-    DeviceInfo dev;
-    QDEC_RETURN_IF_ERROR(current_device_info(&dev));
-    if (static_cast<long long>(grid.x) * grid.z <= dev.sm_count) smem = std::max(smem, kOneCtaSmemBytes);
-  }
+  DeviceInfo dev;
+  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+  const int smem = launch_smem<kTok>(grid, dev.sm_count);
+  // Split-K in clusters where the clusters take no more rounds of the SMs than the CTAs would alone (clusters are
+  // placed whole, within one GPC, so a GPC's spare SMs may take no cluster).
+  int cluster = 1;
+  QDEC_RETURN_IF_ERROR((split_k_clusters<kTok, kGroup>(grid, smem, dev.sm_count, &cluster)));
+#if !defined(QDEC_W4A8_TIMELINE_NOPERM)
   permute_x_kernel<<<unsigned((items + 255) / 256), 256, 0, stream>>>(kp.xq, kp.ldq, kp.m, kTok, kp.k_tiles, padded,
                                                                       x_perm);
   QDEC_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "w4a8 permute_x_kernel launch"));
+#else
+  (void)items;
+#endif
   KernelParams kq = kp;
   kq.xq = reinterpret_cast<const int8_t*>(x_perm);
-  const LaunchConfig cfg(grid, dim3(kThreads), smem, stream, kPdl);
+  LaunchConfig cfg(grid, dim3(kThreads), smem, stream, kPdl);
+  if (cluster > 1) cfg.set_cluster(dim3(1, 1, cluster));
   QDEC_CUDA_RETURN(cudaLaunchKernelEx(cfg.get(), w4a8_wgmma_kernel<kTok, kGroup>, kq));
   return cuda_status(cudaGetLastError(), "w4a8_wgmma_kernel launch");
 }
@@ -533,6 +746,35 @@ Status bad_tokens(int tokens) {
 }
 
 }  // namespace
+
+#if QDEC_W4A8_TIMELINE
+// Probe builds: how many clusters of `splits` CTAs run at once (wg128, group), with one-CTA or configured smem.
+Status wgmma_cluster_capacity(int tokens, int splits, bool one_cta, int* clusters) {
+  const dim3 grid(splits == 1 ? 1 : 64, 1, splits);
+  switch (tokens) {
+    case 64:
+      return max_active_clusters<64, true>(splits, one_cta ? kOneCtaSmemBytes : WgConfig<64>::kSmemBytes, grid,
+                                           clusters);
+    case 128:
+      return max_active_clusters<128, true>(splits, one_cta ? kOneCtaSmemBytes : WgConfig<128>::kSmemBytes, grid,
+                                            clusters);
+    default:
+      return max_active_clusters<256, true>(splits, one_cta ? kOneCtaSmemBytes : WgConfig<256>::kSmemBytes, grid,
+                                            clusters);
+  }
+}
+// Probe builds: resets (all stamps 0, the permute kernel's start to the maximum) or reads g_timeline.
+Status wgmma_timeline(bool reset, std::vector<unsigned long long>* out) {
+  if (reset) {
+    std::vector<unsigned long long> z(kTlCtas * (kTlSlots + 2), 0);
+    QDEC_CUDA_RETURN(cudaMemcpyToSymbol(g_timeline, z.data(), z.size() * 8));
+    return Status::Ok();
+  }
+  out->resize(kTlCtas * (kTlSlots + 2));
+  QDEC_CUDA_RETURN(cudaMemcpyFromSymbol(out->data(), g_timeline, out->size() * 8));
+  return Status::Ok();
+}
+#endif
 
 Status wgmma_kernel_supported() {
   return sm90a_kernel_status<w4a8_wgmma_kernel<64, true>>("w4a8 wgmma paths");
@@ -546,6 +788,23 @@ Status wgmma_kernel_occupancy(int tokens, bool group, int* blocks) {
       return group ? occupancy_of<128, true>(blocks) : occupancy_of<128, false>(blocks);
     case 256:
       return group ? occupancy_of<256, true>(blocks) : occupancy_of<256, false>(blocks);
+  }
+  return bad_tokens(tokens);
+}
+
+Status wgmma_split_k_cluster(int tokens, bool group, dim3 grid, int* cluster) {
+  DeviceInfo dev;
+  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+  switch (tokens) {
+    case 64:
+      return group ? split_k_clusters<64, true>(grid, launch_smem<64>(grid, dev.sm_count), dev.sm_count, cluster)
+                   : split_k_clusters<64, false>(grid, launch_smem<64>(grid, dev.sm_count), dev.sm_count, cluster);
+    case 128:
+      return group ? split_k_clusters<128, true>(grid, launch_smem<128>(grid, dev.sm_count), dev.sm_count, cluster)
+                   : split_k_clusters<128, false>(grid, launch_smem<128>(grid, dev.sm_count), dev.sm_count, cluster);
+    case 256:
+      return group ? split_k_clusters<256, true>(grid, launch_smem<256>(grid, dev.sm_count), dev.sm_count, cluster)
+                   : split_k_clusters<256, false>(grid, launch_smem<256>(grid, dev.sm_count), dev.sm_count, cluster);
   }
   return bad_tokens(tokens);
 }

@@ -16,6 +16,9 @@ struct KernelParams;
 Status wgmma_kernel_supported();
 // Resident CTAs per SM of the (tokens, scheme) instantiation; tokens 64, 128 or 256.
 Status wgmma_kernel_occupancy(int tokens, bool group, int* blocks);
+// Whether a launch of `grid` runs its K splits as thread block clusters (*cluster = grid.z), which add their partials
+// through distributed shared memory, or through the workspace and a ticket (*cluster = 1); see wgmma_kernel_launch.
+Status wgmma_split_k_cluster(int tokens, bool group, dim3 grid, int* cluster);
 // grid: x = (128-channel column) x (token tile), token tiles fastest; z = K splits. x_perm: ceil(M / tokens) x
 // tokens x K bytes of workspace (16-byte aligned) for X in the prepack's K order, tile by tile (written by a first
 // kernel). Nothing is launched on error.

@@ -33,8 +33,8 @@ struct DeviceInfo {
 
 // A kernel launch configuration, optionally as a programmatic dependent of the previous work in the stream
 // (programmatic dependent launch: the kernel may start before its predecessor ends and must order itself with
-// griddepcontrol.wait). Pass `get()` to cudaLaunchKernelEx / cudaLaunchKernelExC. Not copyable: the config
-// points at its own attribute.
+// griddepcontrol.wait), optionally in thread block clusters. Pass `get()` to cudaLaunchKernelEx / cudaLaunchKernelExC.
+// Not copyable: the config points at its own attributes.
 class LaunchConfig {
  public:
   LaunchConfig(dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream, bool programmatic) {
@@ -42,18 +42,26 @@ class LaunchConfig {
     cfg_.blockDim = block;
     cfg_.dynamicSmemBytes = smem_bytes;
     cfg_.stream = stream;
-    attr_.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr_.val.programmaticStreamSerializationAllowed = 1;
-    cfg_.attrs = &attr_;
-    cfg_.numAttrs = programmatic ? 1 : 0;
+    cfg_.attrs = attrs_;
+    if (programmatic) {
+      attrs_[cfg_.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attrs_[cfg_.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+    }
   }
   LaunchConfig(const LaunchConfig&) = delete;
   LaunchConfig& operator=(const LaunchConfig&) = delete;
+  // Launch as thread block clusters of `dims` CTAs (each grid dimension a multiple of its cluster dimension).
+  void set_cluster(dim3 dims) {
+    attrs_[cfg_.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attrs_[cfg_.numAttrs].val.clusterDim.x = dims.x;
+    attrs_[cfg_.numAttrs].val.clusterDim.y = dims.y;
+    attrs_[cfg_.numAttrs++].val.clusterDim.z = dims.z;
+  }
   const cudaLaunchConfig_t* get() const { return &cfg_; }
 
  private:
   cudaLaunchConfig_t cfg_{};
-  cudaLaunchAttribute attr_{};
+  cudaLaunchAttribute attrs_[2]{};
 };
 
 // Properties of the current device (cached per device). kNoDevice if there is none.
