@@ -287,8 +287,19 @@ TEST(W4A8Gpu, LargeMAndShapes) {
   std::printf("[w4a8] large M and shapes: worst rel L2 fp32 Y %.3g\n", worst32);
 }
 
-// The dequantize + W8A8 path on each W8A8 backend (kWgmma where the build and device have it), both schemes, M
-// across the backends' tile sizes, forced and automatic splits, odd N, padded strides.
+// Runs `ref` and `wg` on the same random inputs (drawn from rng) and expects bit-identical outputs.
+void expect_same_outputs(const Case& ref, const Case& wg, std::mt19937_64& rng) {
+  std::mt19937_64 rng_same = rng;  // the same inputs for both runs
+  std::vector<uint8_t> y_ref, y_wg;
+  run_case(ref, rng, &y_ref);
+  run_case(wg, rng_same, &y_wg);
+  ASSERT_EQ(y_ref.size(), y_wg.size());
+  const size_t es = wg.y_dtype == GemmDType::kFP32 ? 4 : 2;
+  size_t differ = 0;
+  for (size_t b = 0; b + es <= y_ref.size(); b += es) differ += std::memcmp(&y_ref[b], &y_wg[b], es) != 0;
+  EXPECT_EQ(differ, 0u) << describe(wg) << ": outputs differing from " << w4a8_path_name(ref.path);
+}
+
 // The wgmma kernel computes the mma kernel's int32 sums and applies the same epilogue, so its fp32 output must be
 // bit for bit the t64 path's (one split): token tiles with and without a tail, several columns, forced and
 // automatic split-K, every scheme.
@@ -316,15 +327,7 @@ TEST(W4A8Gpu, WgmmaBitwiseAsMma) {
         wg.path = path;
         wg.splits = (i % 3 == 0) ? 1 : (i % 3 == 1) ? 0 : 3;
         ++i;
-        std::mt19937_64 rng_same = rng;  // the same inputs for both runs
-        std::vector<uint8_t> y_ref, y_wg;
-        run_case(ref, rng, &y_ref);
-        run_case(wg, rng_same, &y_wg);
-        ASSERT_EQ(y_ref.size(), y_wg.size());
-        const size_t es = wg.y_dtype == GemmDType::kFP32 ? 4 : 2;
-        size_t differ = 0;
-        for (size_t b = 0; b + es <= y_ref.size(); b += es) differ += std::memcmp(&y_ref[b], &y_wg[b], es) != 0;
-        EXPECT_EQ(differ, 0u) << describe(wg) << ": outputs differing from t64";
+        expect_same_outputs(ref, wg, rng);
         if (::testing::Test::HasFailure()) return;
       }
 }
@@ -348,15 +351,7 @@ TEST(W4A8Gpu, WgmmaSplitKClustersBitwiseAsMma) {
         ref.splits = 1;
         wg.path = path;
         wg.splits = splits;
-        std::mt19937_64 rng_same = rng;
-        std::vector<uint8_t> y_ref, y_wg;
-        run_case(ref, rng, &y_ref);
-        run_case(wg, rng_same, &y_wg);
-        ASSERT_EQ(y_ref.size(), y_wg.size());
-        const size_t es = wg.y_dtype == GemmDType::kFP32 ? 4 : 2;
-        size_t differ = 0;
-        for (size_t b = 0; b + es <= y_ref.size(); b += es) differ += std::memcmp(&y_ref[b], &y_wg[b], es) != 0;
-        EXPECT_EQ(differ, 0u) << describe(wg) << ": outputs differing from t64";
+        expect_same_outputs(ref, wg, rng);
         if (::testing::Test::HasFailure()) return;
       }
 }
@@ -414,6 +409,8 @@ TEST(W4A8Gpu, AutoWgmmaByMAndWeights) {
       << st.to_string();
 }
 
+// The dequantize + W8A8 path on each W8A8 backend (kWgmma where the build and device have it), both schemes, M
+// across the backends' tile sizes, forced and automatic splits, odd N, padded strides.
 TEST(W4A8Gpu, DequantW8A8EveryBackend) {
   QDEC_SKIP_WITHOUT_GPU();
   QDEC_TEST_RNG(rng);
