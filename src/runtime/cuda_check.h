@@ -50,12 +50,16 @@ class LaunchConfig {
   }
   LaunchConfig(const LaunchConfig&) = delete;
   LaunchConfig& operator=(const LaunchConfig&) = delete;
-  // Launch as thread block clusters of `dims` CTAs (each grid dimension a multiple of its cluster dimension).
+  // Launch as thread block clusters of `dims` CTAs (each grid dimension a multiple of its cluster dimension); a second
+  // call replaces the first.
   void set_cluster(dim3 dims) {
-    attrs_[cfg_.numAttrs].id = cudaLaunchAttributeClusterDimension;
-    attrs_[cfg_.numAttrs].val.clusterDim.x = dims.x;
-    attrs_[cfg_.numAttrs].val.clusterDim.y = dims.y;
-    attrs_[cfg_.numAttrs++].val.clusterDim.z = dims.z;
+    unsigned i = 0;
+    while (i < cfg_.numAttrs && attrs_[i].id != cudaLaunchAttributeClusterDimension) ++i;
+    if (i == cfg_.numAttrs) ++cfg_.numAttrs;
+    attrs_[i].id = cudaLaunchAttributeClusterDimension;
+    attrs_[i].val.clusterDim.x = dims.x;
+    attrs_[i].val.clusterDim.y = dims.y;
+    attrs_[i].val.clusterDim.z = dims.z;
   }
   const cudaLaunchConfig_t* get() const { return &cfg_; }
 
