@@ -67,14 +67,15 @@ inline constexpr int kW4A8AutoDequantMinM = 129;
 // On sm_90 kAuto takes the wgmma kernel instead, for weights (N x K elements) of at least kW4A8AutoWgmmaMinWeights128
 // at M in (16, 256] and kW4A8AutoWgmmaMinWeights256 above (H200, both schemes, docs/int8_w4a8.md). Since session 21
 // its split-K partials add up in thread block clusters, and (bench_int8, two rounds, 7 shapes): kWgmma64 at M in
-// (32, 64] (1.05x-1.42x faster than t64; 28672 x 4096 at M = 64 31.6 us against 39.9) and at M in (16, 32] where N
-// >= kW4A8AutoWgmmaWideMinN (28672 x 4096: 31.4 us against t32's 42.6; t32 faster or equal on the other shapes);
-// kWgmma128 at M in (64, 128] (1.13x-2.0x faster than t64, now on 1280 x 8192 too) and at M in (128, 256] where N <
-// kW4A8AutoWgmma256MinN (1280 x 8192 at M = 256: 19.9 us against the dequantize path's 22.8), kWgmma256 from that N
-// (1.01x-1.06x faster than kWgmma128 on 6144 x 4096, 8192 x 3584, 8192 x 8192 and 28672 x 4096 at M = 192 / 256);
-// M in [257, kW4A8AutoWgmmaMaxM], kWgmma256 (sessions 12-13: M = 1024 1.04x-1.22x faster than the dequantize path on 4
-// of 6 shapes, within 1.2% on the other two; at M = 4096 the dequantize path is 1-24% faster for qoq-g128, kWgmma256
-// 3-6% faster for qoq-c on 6 of 7). The smallest shape measured is 1280 x 8192 (10 Mi weights).
+// (32, 64] (qoq-c 1.05x-1.44x faster than t64 at M = 48 / 64, 28672 x 4096 at M = 64 31.6 us against 39.9; qoq-g128
+// up to 4% slower on 8192 x 8192 and 4096 x 14336) and at M in (16, 32] where N >= kW4A8AutoWgmmaWideMinN (28672 x
+// 4096: 31.4 us against t32's 42.6; t32 faster or within 2% on the other shapes); kWgmma128 at M in (64, 128]
+// (1.15x-2.3x faster than t64 at M = 96 / 128, now on 1280 x 8192 too) and at M in (128, 256] where N <
+// kW4A8AutoWgmma256MinN (1280 x 8192 at M = 192 / 256: 1.07x-1.15x faster than the dequantize path), kWgmma256 from
+// that N (1.02x-1.12x faster than kWgmma128 on 6144 x 4096, 8192 x 3584, 8192 x 8192 and 28672 x 4096 at M = 192 /
+// 256); M in [257, kW4A8AutoWgmmaMaxM], kWgmma256 (sessions 12-13: M = 1024 1.04x-1.22x faster than the dequantize
+// path on 4 of 6 shapes, within 1.2% on the other two; at M = 4096 the dequantize path is 1-24% faster for qoq-g128,
+// kWgmma256 3-6% faster for qoq-c on 6 of 7). The smallest shape measured is 1280 x 8192 (10 Mi weights).
 inline constexpr long long kW4A8AutoWgmmaMinWeights128 = 10LL << 20;  // 1280 x 8192 and up (session 20: 16 Mi)
 inline constexpr long long kW4A8AutoWgmmaMinWeights256 = 16LL << 20;  // 4096 x 4096 and up
 inline constexpr int kW4A8AutoWgmmaMaxM = 2048;
