@@ -32,19 +32,6 @@ using qdec::bench::BenchError;
 
 namespace {
 
-__global__ void fill_bytes(uint32_t* p, size_t words, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x) {
-    uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    p[i] = uint32_t(z ^ (z >> 31));
-  }
-}
-__global__ void fill_word(uint32_t* p, size_t words, uint32_t v) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x)
-    p[i] = v;
-}
-
 struct Buf {
   void* p = nullptr;
   size_t bytes = 0;
@@ -62,11 +49,11 @@ struct Buf {
   }
 };
 void rnd(const Buf& b, uint64_t seed) {
-  fill_bytes<<<1024, 256>>>(b.as<uint32_t>(), b.bytes / 4, seed);
+  bench::fill_random_words<<<1024, 256>>>(b.as<uint32_t>(), b.bytes / 4, seed);
   BENCH_CUDA(cudaGetLastError());
 }
 void word(void* p, size_t bytes, uint32_t v) {
-  fill_word<<<1024, 256>>>(static_cast<uint32_t*>(p), bytes / 4, v);
+  bench::fill_same_word<<<1024, 256>>>(static_cast<uint32_t*>(p), bytes / 4, v);
   BENCH_CUDA(cudaGetLastError());
 }
 

@@ -20,6 +20,7 @@
 
 #include "bench_common.cuh"
 #include "bench_timer.cuh"
+#include "int8gemm/w4a8_layout.h"
 #include "int8gemm/w4a8_wgmma.h"
 #include "qdec/status.h"
 #include "qdec/w4a8_gemm.h"
@@ -36,18 +37,6 @@ using qdec::bench::BenchError;
 namespace {
 
 constexpr int kSlots = 10, kCtas = 4096;
-
-__global__ void fill_bytes(uint32_t* p, size_t words, uint64_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x) {
-    uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    p[i] = uint32_t(z ^ (z >> 31));
-  }
-}
-__global__ void fill_word(uint32_t* p, size_t words, uint32_t v) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words; i += size_t(gridDim.x) * blockDim.x)
-    p[i] = v;
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return -1;
@@ -110,10 +99,8 @@ int main(int argc, char** argv) {
       if (path_s == w4a8_path_name(q)) path = q, found = true;
     if (!found) throw BenchError("--path " + path_s + ": no such path");
 
-    const size_t nb = (n + 15) / 16, npad = nb * 16;
-    auto a16 = [](size_t v) { return (v + 15) / 16 * 16; };
-    const size_t meta = gs ? nb * (k / gs) * 32 : 0;
-    const size_t wbytes = a16(a16(a16(nb * (k / 64) * 512 + meta) + npad * 2) + (gs ? 0 : npad));
+    const w4a8::PackedLayout lay{n, k, gs};
+    const size_t wbytes = lay.total_bytes(), meta = lay.meta_bytes();
     cudaDeviceProp prop{};
     BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
     const size_t set_bytes = wbytes + size_t(m) * k + size_t(m) * n * 2;
@@ -123,17 +110,17 @@ int main(int argc, char** argv) {
       BENCH_CUDA(cudaMalloc(&w[s], wbytes));
       BENCH_CUDA(cudaMalloc(&xq[s], size_t(m) * k));
       BENCH_CUDA(cudaMalloc(&y[s], size_t(m) * n * 2));
-      fill_bytes<<<1024, 256>>>(static_cast<uint32_t*>(w[s]), wbytes / 4, 7 + s);
-      fill_bytes<<<1024, 256>>>(static_cast<uint32_t*>(xq[s]), size_t(m) * k / 4, 1000 + s);
+      bench::fill_random_words<<<1024, 256>>>(static_cast<uint32_t*>(w[s]), wbytes / 4, 7 + s);
+      bench::fill_random_words<<<1024, 256>>>(static_cast<uint32_t*>(xq[s]), size_t(m) * k / 4, 1000 + s);
       if (gs)
-        fill_word<<<1024, 256>>>(reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(w[s]) + nb * (k / 64) * 512),
-                                 meta / 4, 0x70107010u);
+        bench::fill_same_word<<<1024, 256>>>(
+            reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(w[s]) + lay.meta_offset()), meta / 4, 0x70107010u);
     }
     void *sx, *rs;
     BENCH_CUDA(cudaMalloc(&sx, size_t(m) * 4));
     BENCH_CUDA(cudaMalloc(&rs, size_t(m) * 4));
-    fill_word<<<64, 256>>>(static_cast<uint32_t*>(sx), m, 0x3C000000u);
-    fill_word<<<64, 256>>>(static_cast<uint32_t*>(rs), m, 0);
+    bench::fill_same_word<<<64, 256>>>(static_cast<uint32_t*>(sx), m, 0x3C000000u);
+    bench::fill_same_word<<<64, 256>>>(static_cast<uint32_t*>(rs), m, 0);
     BENCH_CUDA(cudaGetLastError());
 
     W4A8Params p;
