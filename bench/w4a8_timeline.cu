@@ -1,7 +1,7 @@
 // w4a8_timeline: where a wgmma W4A8 call's time goes, CTA by CTA (docs/int8_w4a8.md, session 21). Needs the
 // library built with -DQDEC_W4A8_TIMELINE=1 (CMake option QDEC_W4A8_TIMELINE): the GEMM kernel then records
-// %globaltimer at its phase boundaries (entry, after griddepcontrol.wait, first weight run, first X tile, main loop
-// end, split-K partials stored, ticket won, end) and the permute kernel its first start and last end.
+// %globaltimer at its phase boundaries (entry, first weight runs requested, first weight run, first X tile, main loop
+// end, split-K partials stored, ticket won, end). (Until session 22 a permute kernel ran first; it stamped too.)
 //
 //   w4a8_timeline [--shape 4096x4096] [--m 128] [--path wg128] [--splits 0] [--scheme c|g128] [--reps 15]
 //                 [--iters 8] [--dump FILE]
@@ -9,7 +9,7 @@
 // Timed as the benchmarks time (bench_timer.cuh): batches of --iters calls queued behind a hold kernel, each between
 // its own events, over rotation sets of weights, X and Y larger than 4x L2. After each batch the stamps are those of
 // its last call. Printed per phase: the median over batches of the min / median / max over CTAs, in µs from the
-// permute kernel's first CTA start (or, without a permute kernel, the first GEMM CTA's entry). Random bytes as in
+// first GEMM CTA's entry. Random bytes as in
 // w4a8_probe (timing does not depend on values).
 #include <cuda_runtime.h>
 
@@ -139,24 +139,21 @@ int main(int argc, char** argv) {
     W4A8Path used;
     int used_splits = 0;
     bench::check_status(w4a8_gemm_plan(p, &used, &used_splits), "w4a8 plan");
-    const int tok = used == W4A8Path::kWgmma64 ? 64 : used == W4A8Path::kWgmma128 ? 128 : 256;
-    const long long perm_ctas = ((long long)(m + tok - 1) / tok * tok * (k / 64) + 255) / 256;
     std::printf("w4a8_timeline on %s: %dx%d M=%d %s (planned %s s%d), scheme %s, %d batches of %d, %d sets\n",
                 prop.name, n, k, m, path_s.c_str(), w4a8_path_name(used), used_splits, scheme.c_str(), reps, iters,
                 sets);
 
-    // Phases: {name, from slot, to slot}; slot -1 = the origin (the permute kernel's first CTA start, or without one
-    // the first GEMM CTA entry), -2 the permute kernel's last CTA end.
+    // Phases: {name, from slot, to slot}; slot -1 = the origin (the first GEMM CTA entry).
     struct Phase {
       const char* name;
       int from, to;
     };
     const Phase phases[] = {
-        {"permute end", -1, -2}, {"cta entry", -1, 0},         {"dep wait done", -1, 2},
-        {"first W", -1, 3},      {"first X", -1, 4},           {"loop end wg0", -1, 5},
-        {"loop end wg1", -1, 6}, {"partials stored", -1, 7},   {"ticket won", -1, 8},
-        {"cta end", -1, 9},      {"loop (X..end)", 4, 5},      {"epilogue (end-loop)", 5, 9},
-        {"won..end", 8, 9},      {"stored..end (last)", 7, 9}, {"permute end..dep", -2, 2},
+        {"cta entry", -1, 0},         {"W requested", -1, 2},        {"first W", -1, 3},
+        {"first X", -1, 4},           {"loop end wg0", -1, 5},       {"loop end wg1", -1, 6},
+        {"partials stored", -1, 7},   {"ticket won", -1, 8},         {"cta end", -1, 9},
+        {"loop (X..end)", 4, 5},      {"epilogue (end-loop)", 5, 9}, {"won..end", 8, 9},
+        {"stored..end (last)", 7, 9},
     };
     constexpr int kPhases = sizeof(phases) / sizeof(phases[0]);
     std::vector<std::vector<double>> med(kPhases), mx(kPhases), mn(kPhases);
@@ -179,16 +176,9 @@ int main(int argc, char** argv) {
       while (ctas < kCtas && tl[size_t(ctas) * kSlots] != 0) ++ctas;
       double e0 = 1e300;
       for (int c = 0; c < ctas; ++c) e0 = std::min(e0, double(tl[size_t(c) * kSlots]));
-      double p0 = 1e300, p1 = 0;
-      for (long long c = 0; c < std::min<long long>(perm_ctas, kCtas); ++c) {
-        const double a = double(tl[size_t(kCtas) * kSlots + 2 * c]), b = double(tl[size_t(kCtas) * kSlots + 2 * c + 1]);
-        if (a > e0 - 50e3 && a < e0 + 50e3) p0 = std::min(p0, a), p1 = std::max(p1, b);
-      }
-      const bool perm = p0 < 1e300;
-      const double origin = perm ? std::min(p0, e0) : e0;
+      const double origin = e0;
       auto at = [&](int cta, int slot) -> double {
         if (slot == -1) return origin;
-        if (slot == -2) return perm ? p1 : -1;
         const double v = double(tl[size_t(cta) * kSlots + slot]);
         return v >= double(tl[size_t(cta) * kSlots]) || slot <= 1 ? v : -1;  // stale: an earlier call's
       };
@@ -207,10 +197,7 @@ int main(int argc, char** argv) {
         mn[ph].push_back(*std::min_element(v.begin(), v.end()));
       }
       if (df && r == reps - 1) {
-        std::fprintf(df,
-                     "# cta smid entry dep firstW firstX loop0 loop1 stored won end (ns from the origin; permute "
-                     "end %.0f)\n",
-                     perm ? p1 - origin : -1.0);
+        std::fprintf(df, "# cta smid entry wreq firstW firstX loop0 loop1 stored won end (ns from the origin)\n");
         for (int c = 0; c < ctas; ++c) {
           std::fprintf(df, "%d %llu", c, tl[size_t(c) * kSlots + 1]);
           for (int s : {0, 2, 3, 4, 5, 6, 7, 8, 9}) std::fprintf(df, " %.0f", at(c, s) < 0 ? -1 : at(c, s) - origin);

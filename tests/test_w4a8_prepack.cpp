@@ -42,7 +42,7 @@ std::vector<int> unpack_codes(const std::vector<uint8_t>& d, int n, int k) {
           for (int byte = 0; byte < 4; ++byte)
             for (int nib = 0; nib < 2; ++nib) {
               const int row = nb * 16 + lane / 4 + 8 * (word % 2);
-              const int col = kt * 64 + (lane % 4) * 16 + (word / 2) * 8 + nib * 4 + byte;
+              const int col = kt * 64 + (word / 2) * 32 + nib * 16 + (lane % 4) * 4 + byte;
               const uint8_t b = d[((size_t(nb) * L.kt() + kt) * 32 + lane) * 16 + word * 4 + byte];
               codes[size_t(row) * k + col] = nib ? b >> 4 : b & 15;
             }
@@ -74,14 +74,14 @@ TEST(W4A8Prepack, HandWrittenPositions) {
     b = (c % 2) ? uint8_t((b & 0x0F) | (v << 4)) : uint8_t((b & 0xF0) | v);
   };
   put(0, 0, 0x1);    // tile 0, lane 0, word 0, byte 0, low nibble
-  put(0, 4, 0x2);    // same byte, high nibble (K 4..7 are the high nibbles)
-  put(0, 8, 0x3);    // k-step 1 of lane 0: word 2 -> byte 8
-  put(0, 16, 0x4);   // lane t = 1 -> byte 16
+  put(0, 16, 0x2);   // same byte, high nibble (K 16..31 of a k-step are the high nibbles)
+  put(0, 32, 0x3);   // k-step 1 of lane 0: word 2 -> byte 8
+  put(0, 4, 0x4);    // lane t = 1 (K 4..7) -> byte 16
   put(8, 0, 0x5);    // row g + 8: word 1 -> byte 4
   put(1, 0, 0x6);    // g = 1: lane 4 -> byte 64
   put(0, 64, 0x7);   // second K tile -> byte 512
   put(16, 0, 0x8);   // second channel block: tile (1, 0) = 2 tiles in -> byte 1024
-  put(15, 63, 0x9);  // g 7, h 1, t 3, s 1, j 7: lane 31, word 3, byte 3 high -> 496 + 12 + 3 = 511, high
+  put(15, 63, 0x9);  // g 7, h 1, s 1, high, t 3, i 3: lane 31, word 3, byte 3 high -> 496 + 12 + 3 = 511, high
   // Group meta of (row 9, group 1): s1 3, z 2 -> (3, 6) at meta + (0 * 2 + 1) * 32 + 1 * 4 + 2.
   w.group_scales[9 * 2 + 1] = 3;
   w.group_zeros[9] = 0x20;

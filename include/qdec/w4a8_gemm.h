@@ -98,9 +98,8 @@ struct W4A8Params {
   W8A8Backend w8a8_backend = W8A8Backend::kAuto;  // kDequantW8A8: the backend of its w8a8_gemm
 };
 
-// Workspace bytes of the call. The W4A8 kernel needs them only with split-K: tile tickets in the state zone
-// (qdec/workspace.h), each split's int32 partial sums past it; the wgmma paths always need the zone and, past it
-// and the partials, M x K bytes (M rounded up to the token tile, then to 256 bytes) for X in the prepack's K order.
+// Workspace bytes of the call. The W4A8 kernels (mma and wgmma paths) need them only with split-K: tile tickets in the
+// state zone (qdec/workspace.h), each split's int32 partial sums past it.
 // kDequantW8A8 needs the int8 weights (N x K) and scales past the state zone and its w8a8_gemm's workspace, and a
 // 256-byte aligned buffer.
 Status w4a8_gemm_workspace_bytes(const W4A8Params& p, size_t* bytes);

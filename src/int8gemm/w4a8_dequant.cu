@@ -1,8 +1,10 @@
-// W4A8 prepacked weights -> int8 weights for the W8A8 kernels (w4a8_dequant.h). One thread per (tile, lane) of
-// the packed layout: its 16 bytes hold two 16-value runs, K 16t .. 16t + 15 of channels g and g + 8 of the tile
-// (w4a8_layout.h), so each thread does one 16-byte load and two 16-byte stores, and reads the (s1, z * s1) of both
-// channels as one 32-bit meta word. The codes are read once (streaming loads); the int8 output keeps the default
-// store policy, since the GEMM reads it right after.
+// W4A8 prepacked weights -> int8 weights for the W8A8 kernels (w4a8_dequant.h). The 64 bytes of lanes 4g .. 4g + 3 of
+// a tile hold channels g and g + 8 whole (w4a8_layout.h: lane t's word 2s + h has K 32s + 4t + 0..3 in its low nibbles
+// and 32s + 16 + 4t + 0..3 in its high nibbles), so two threads share them: thread (tile, g, half) loads the 64 bytes
+// and writes the 16-byte runs K 32s + 16 half .. + 15 of both channels (four 16-byte stores), the pair's two threads
+// thus the two halves of every 32-byte sector in the same store instruction. The (s1, z * s1) of both channels are one
+// 32-bit meta word per group. The codes are read once (streaming loads); the int8 output keeps the default store
+// policy, since the GEMM reads it right after.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -22,7 +24,7 @@ struct DequantArgs {
   int8_t* q;               // [n, k]
   float* q_scales;         // [n]
   int n, k, k_tiles, num_groups, group_shift;
-  long long units;  // n_blocks * k_tiles * 32
+  long long units;  // n_blocks * k_tiles * 16: (tile, g, half)
 };
 
 template <bool kGroup>
@@ -30,30 +32,38 @@ __global__ void __launch_bounds__(256) dequant_kernel(DequantArgs a) {
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
   const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   for (long long i = first; i < a.units; i += stride) {
-    const long long tile = i >> 5;
-    const int lane = static_cast<int>(i & 31), g = lane >> 2, t = lane & 3;
+    const long long tile = i >> 4;
+    const int g = static_cast<int>(i >> 1) & 7, half = static_cast<int>(i & 1);
     const int nb = static_cast<int>(tile / a.k_tiles),
               kt = static_cast<int>(tile - static_cast<long long>(nb) * a.k_tiles);
-    const int col = kt * kTileK + t * 16;
-    const uint4 w = __ldcs(a.codes + i);
-    uint32_t mw = 0;  // qoq-g: (s1, z * s1) of channel g in bytes 0-1, of channel g + 8 in bytes 2-3
-    if constexpr (kGroup)
-      mw = __ldg(reinterpret_cast<const uint32_t*>(
-                     a.meta + (static_cast<size_t>(nb) * a.num_groups + (col >> a.group_shift)) * kMetaBytes) +
-                 g);
+    uint4 w[4];  // lanes 4g + t
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = nb * kTileN + g + 8 * h;
-      if (row >= a.n) break;
-      const uint32_t s1 = kGroup ? (mw >> (16 * h)) & 0xFF : 1u;
-      const uint32_t bias = dequant_bias(kGroup ? (mw >> (16 * h + 8)) & 0xFF : a.zeros[row]);
-      const uint32_t lo = h ? w.y : w.x, hi = h ? w.w : w.z;  // word 2s + h: s = 0 holds K +0..7, s = 1 K +8..15
-      uint4 o;
-      o.x = dequant4(lo & 0x0F0F0F0Fu, s1, bias);  // low nibbles: values 0..3, high nibbles: 4..7
-      o.y = dequant4((lo >> 4) & 0x0F0F0F0Fu, s1, bias);
-      o.z = dequant4(hi & 0x0F0F0F0Fu, s1, bias);
-      o.w = dequant4((hi >> 4) & 0x0F0F0F0Fu, s1, bias);
-      *reinterpret_cast<uint4*>(a.q + static_cast<size_t>(row) * a.k + col) = o;
+    for (int t = 0; t < 4; ++t) w[t] = __ldcs(a.codes + tile * 32 + 4 * g + t);
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const int col = kt * kTileK + 32 * s;
+      uint32_t mw = 0;  // qoq-g: (s1, z * s1) of channel g in bytes 0-1, of channel g + 8 in bytes 2-3
+      if constexpr (kGroup)
+        mw = __ldg(reinterpret_cast<const uint32_t*>(
+                       a.meta + (static_cast<size_t>(nb) * a.num_groups + (col >> a.group_shift)) * kMetaBytes) +
+                   g);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = nb * kTileN + g + 8 * h;
+        if (row >= a.n) break;
+        const uint32_t s1 = kGroup ? (mw >> (16 * h)) & 0xFF : 1u;
+        const uint32_t bias = dequant_bias(kGroup ? (mw >> (16 * h + 8)) & 0xFF : a.zeros[row]);
+        uint32_t v[4];  // word 2s + h of lane t, its low (half 0) or high (half 1) nibbles: K col + 16 half + 4t + 0..3
+#pragma unroll
+        for (int t = 0; t < 4; ++t)
+          v[t] = ((s ? (h ? w[t].w : w[t].z) : (h ? w[t].y : w[t].x)) >> (4 * half)) & 0x0F0F0F0Fu;
+        uint4 o;
+        o.x = dequant4(v[0], s1, bias);
+        o.y = dequant4(v[1], s1, bias);
+        o.z = dequant4(v[2], s1, bias);
+        o.w = dequant4(v[3], s1, bias);
+        *reinterpret_cast<uint4*>(a.q + static_cast<size_t>(row) * a.k + col + 16 * half) = o;
+      }
     }
   }
   for (long long i = first; i < a.n; i += stride) a.q_scales[i] = __half2float(__ushort_as_half(a.scales[i]));
@@ -78,7 +88,7 @@ Status dequantize_to_int8(const PackedLayout& lay, const void* data, int8_t* q, 
   a.k_tiles = lay.k_tiles();
   a.num_groups = lay.num_groups();
   a.group_shift = lay.group_size == 32 ? 5 : lay.group_size == 64 ? 6 : 7;
-  a.units = static_cast<long long>(lay.n_blocks()) * lay.k_tiles() * 32;
+  a.units = static_cast<long long>(lay.n_blocks()) * lay.k_tiles() * 16;
   // Enough resident threads to keep HBM busy (8 CTAs of 256 per SM); the loop covers the rest.
   const long long want = std::max<long long>((a.units + 255) / 256, (lay.n + 255) / 256);
   const unsigned blocks = static_cast<unsigned>(std::clamp<long long>(want, 1, 8LL * dev.sm_count));

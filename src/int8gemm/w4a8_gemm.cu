@@ -148,7 +148,7 @@ static_assert(Cfg8::CB * Cfg8::MT == Cfg8::kTokens / 8 && Cfg16::CB * Cfg16::MT 
               Cfg128::CB * Cfg128::MT == Cfg128::kTokens / 8);
 
 // Raises the dynamic shared-memory limit of a kernel once per device (the attribute is per device).
-template <class C, bool kGroup>
+template <class C, bool kGroup, bool kG32 = false>
 Status prepare_kernel() {
   if constexpr (C::kSmemBytes > 48 * 1024) {
     static std::atomic<uint32_t> done_mask{0};
@@ -156,8 +156,8 @@ Status prepare_kernel() {
     QDEC_CUDA_RETURN(cudaGetDevice(&dev));
     const uint32_t bit = 1u << (dev & 31);
     if (!(done_mask.load(std::memory_order_acquire) & bit)) {
-      QDEC_CUDA_RETURN(cudaFuncSetAttribute(w4a8::w4a8_kernel<C, kGroup>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            C::kSmemBytes));
+      QDEC_CUDA_RETURN(cudaFuncSetAttribute(w4a8::w4a8_kernel<C, kGroup, kG32>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
       done_mask.fetch_or(bit, std::memory_order_acq_rel);
     }
   }
@@ -166,7 +166,10 @@ Status prepare_kernel() {
 
 template <class C>
 Status launch_cfg(bool group, const w4a8::KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  if (group) {
+  if (group && kp.group_size == 32) {
+    QDEC_RETURN_IF_ERROR((prepare_kernel<C, true, true>()));
+    w4a8::w4a8_kernel<C, true, true><<<grid, w4a8::kThreads, C::kSmemBytes, stream>>>(kp);
+  } else if (group) {
     QDEC_RETURN_IF_ERROR((prepare_kernel<C, true>()));
     w4a8::w4a8_kernel<C, true><<<grid, w4a8::kThreads, C::kSmemBytes, stream>>>(kp);
   } else {
@@ -176,7 +179,8 @@ Status launch_cfg(bool group, const w4a8::KernelParams& kp, dim3 grid, cudaStrea
   return cuda_status(cudaGetLastError(), "w4a8_kernel launch");
 }
 
-// Resident CTAs per SM (cached per device; the same for every device of one build in practice).
+// Resident CTAs per SM (cached per device; the same for every device of one build in practice). Group 32's kernel is
+// taken to fit as its group-64/128 twin.
 template <class C>
 Status occupancy(bool group, int* blocks) {
   static std::atomic<int> cache[2]{0, 0};
@@ -227,7 +231,6 @@ struct Plan {
   int splits = 1, kt_per_split = 0;
   dim3 grid;
   size_t partial_bytes = 0, workspace_bytes = 0;
-  size_t x_perm_offset = 0;  // the wgmma paths: X in the prepack's K order
   // kDequantW8A8: [w8a8_gemm's workspace (state zone + its scratch)][int8 weights][fp32 scales]. Its backend and
   // split count are w8a8_gemm's to plan (w4a8_gemm_plan asks it); only the workspace layout is planned here.
   W8A8Params w8;  // planning pointers; the launch sets the weight's
@@ -437,10 +440,6 @@ Status make_plan(const W4A8Params& p, Plan* plan) {
   plan->partial_bytes =
       splits > 1 ? size_t(cols) * rows * splits * (cfg_tokens(path) / 8) * size_t(w4a8::kThreads) * 16 : 0;
   plan->workspace_bytes = splits > 1 ? kWorkspaceStateBytes + plan->partial_bytes : 0;
-  if (is_wgmma(path)) {  // then X in the prepack's K order (w4a8_wgmma.h): scratch, so past the state zone
-    plan->x_perm_offset = kWorkspaceStateBytes + plan->partial_bytes;
-    plan->workspace_bytes = plan->x_perm_offset + round256(size_t(rows) * size_t(tokens) * size_t(p.w.k));
-  }
   return Status::Ok();
 }
 
@@ -537,8 +536,7 @@ Status w4a8_gemm(const W4A8Params& p, cudaStream_t stream) {
     case W4A8Path::kTokens128:
       return launch_cfg<Cfg128>(group, kp, plan.grid, stream);
     default:
-      return w4a8::wgmma_kernel_launch(cfg_tokens(plan.path), group, kp, plan.grid,
-                                       static_cast<uint8_t*>(p.workspace) + plan.x_perm_offset, stream);
+      return w4a8::wgmma_kernel_launch(cfg_tokens(plan.path), group, kp, plan.grid, stream);
   }
 }
 

@@ -7,9 +7,10 @@
 // Design
 // - Transposed product Y^T = W X^T: the weight is the A operand of mma.m16n8k32 (16 channels), the tokens the
 //   n = 8 side, so one prepacked layout serves decode (8 tokens per warp tile) and prefill (32 per warp tile).
-// - The prepack permutes K inside each 64-wide tile so that the 16 contiguous X bytes a lane loads (k0 + 16t ..
-//   +15) are its B fragments of both k-steps, and its 16 weight bytes are the A fragments it needs for the same
-//   K positions: one 128-bit shared load per operand per tile, no ldmatrix, no shuffles.
+// - The prepack stores a lane's A fragments of both k-steps of a 64-K tile in its 16 bytes, at their natural K
+//   positions, so X is read as the caller stores it: one ldmatrix.x4 per 8-token tile gives each lane its B
+//   fragments of both k-steps (word t of each 16-byte chunk of its token's 64 bytes). The chunks of a token row sit
+//   in shared memory at chunk ^ ((token >> 1) & 3) (the TMA's 64-byte swizzle): conflict-free for ldmatrix.
 // - UINT4 -> INT8 in registers, four lanes of a 32-bit word at once: (w & 0x0F0F0F0F) * s1 puts q * s1 (<= 255)
 //   in each byte without carries, + (0x80808080 - z*s1 * 0x01010101) subtracts the zero term with a +128 bias
 //   that keeps every byte in 0..255 (the protective range guarantees (q - z) * s1 fits in int8), ^ 0x80808080
@@ -115,6 +116,19 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
   return v;
 }
+// Four 8 x 8 b16 matrices (rows of 16 bytes): lane 8m + i gives the address of row i of matrix m; lane 4g + t
+// receives word t of row g of each matrix.
+__device__ __forceinline__ uint4 ldmatrix_x4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+// Byte offset of 16-byte chunk c (0..3) of row r in 64-byte rows, swizzled as the TMA's 64-byte mode writes them.
+__host__ __device__ constexpr int x_chunk_offset(int r, int c) {
+  return r * kTileK + ((c ^ ((r >> 1) & 3)) << 4);
+}
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   uint32_t v;
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
@@ -131,22 +145,24 @@ __device__ __forceinline__ void mma_k32(int (&d)[4], uint32_t a0, uint32_t a1, u
 
 // A warp's A fragments of both k-steps of a 64-K tile ([k-step][A register]) from its lane's 16 code bytes w (word
 // 2s + h: k-step s, channel g + 8h; low nibbles the first A register of the pair, high nibbles the second). qoq-g
-// dequantizes with the lane's meta word mw (s1 and z * s1 of channels g and g + 8; dequant4); qoq-c takes the raw
-// codes (0..15 are int8). Shared by the mma and the wgmma kernels, whose per-warp A fragments are the same.
+// dequantizes k-step s with the meta word mw_s (s1 and z * s1 of channels g and g + 8; dequant4): the same word for
+// groups of 64 and 128, the tile's two groups for 32. qoq-c takes the raw codes (0..15 are int8). Shared by the mma
+// and the wgmma kernels, whose per-warp A fragments are the same.
 template <bool kGroup>
-__device__ __forceinline__ void tile_fragments(uint4 w, uint32_t mw, uint32_t (&a)[2][4]) {
+__device__ __forceinline__ void tile_fragments(uint4 w, uint32_t mw0, uint32_t mw1, uint32_t (&a)[2][4]) {
   if constexpr (kGroup) {
-    const uint32_t s_lo = mw & 0xFF, s_hi = (mw >> 16) & 0xFF;
-    const uint32_t b_lo = dequant_bias((mw >> 8) & 0xFF);
-    const uint32_t b_hi = dequant_bias(mw >> 24);
-    a[0][0] = dequant4(w.x & 0x0F0F0F0Fu, s_lo, b_lo);
-    a[0][2] = dequant4((w.x >> 4) & 0x0F0F0F0Fu, s_lo, b_lo);
-    a[0][1] = dequant4(w.y & 0x0F0F0F0Fu, s_hi, b_hi);
-    a[0][3] = dequant4((w.y >> 4) & 0x0F0F0F0Fu, s_hi, b_hi);
-    a[1][0] = dequant4(w.z & 0x0F0F0F0Fu, s_lo, b_lo);
-    a[1][2] = dequant4((w.z >> 4) & 0x0F0F0F0Fu, s_lo, b_lo);
-    a[1][1] = dequant4(w.w & 0x0F0F0F0Fu, s_hi, b_hi);
-    a[1][3] = dequant4((w.w >> 4) & 0x0F0F0F0Fu, s_hi, b_hi);
+    const uint32_t s0_lo = mw0 & 0xFF, s0_hi = (mw0 >> 16) & 0xFF;
+    const uint32_t b0_lo = dequant_bias((mw0 >> 8) & 0xFF), b0_hi = dequant_bias(mw0 >> 24);
+    const uint32_t s1_lo = mw1 & 0xFF, s1_hi = (mw1 >> 16) & 0xFF;
+    const uint32_t b1_lo = dequant_bias((mw1 >> 8) & 0xFF), b1_hi = dequant_bias(mw1 >> 24);
+    a[0][0] = dequant4(w.x & 0x0F0F0F0Fu, s0_lo, b0_lo);
+    a[0][2] = dequant4((w.x >> 4) & 0x0F0F0F0Fu, s0_lo, b0_lo);
+    a[0][1] = dequant4(w.y & 0x0F0F0F0Fu, s0_hi, b0_hi);
+    a[0][3] = dequant4((w.y >> 4) & 0x0F0F0F0Fu, s0_hi, b0_hi);
+    a[1][0] = dequant4(w.z & 0x0F0F0F0Fu, s1_lo, b1_lo);
+    a[1][2] = dequant4((w.z >> 4) & 0x0F0F0F0Fu, s1_lo, b1_lo);
+    a[1][1] = dequant4(w.w & 0x0F0F0F0Fu, s1_hi, b1_hi);
+    a[1][3] = dequant4((w.w >> 4) & 0x0F0F0F0Fu, s1_hi, b1_hi);
   } else {
     a[0][0] = w.x & 0x0F0F0F0Fu;
     a[0][2] = (w.x >> 4) & 0x0F0F0F0Fu;
@@ -184,7 +200,8 @@ __device__ __forceinline__ bool split_k_arrive(unsigned* tickets, unsigned ticke
 
 // ---- The kernel ------------------------------------------------------------------------------------------------
 // grid: x = 128-channel CTA columns, y = kTokens token tiles, z = K splits (kt_per_split 64-K tiles each).
-template <class C, bool kGroup>
+// kG32 (qoq-g with group 32 only): the tile's two k-steps lie in different groups, so each takes its own meta word.
+template <class C, bool kGroup, bool kG32 = false>
 __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __grid_constant__ KernelParams p) {
   extern __shared__ __align__(128) uint8_t smem[];  // no static __shared__ in this kernel (see the ticket)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -211,20 +228,24 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
       m_src = p.meta + size_t(min(nb0 + m_blk, p.n_blocks - 1)) * p.num_groups * kMetaBytes + m_chunk * 16;
   }
 
-  // Private mode: the lane's X rows and group-meta word.
+  // Private mode: the lane's X pieces (chunk t of token g of each 8-token tile, stored swizzled: x_chunk_offset) and
+  // group-meta word (the group of k-step t >> 1: lanes 4g and 4g + 2 then hold both of a group-32 tile's words).
   const uint8_t* x_src[C::MT];
 #pragma unroll
   for (int mt = 0; mt < C::MT; ++mt)
     x_src[mt] = reinterpret_cast<const uint8_t*>(p.xq) + size_t(min(tok0 + mt * 8 + g, p.m - 1)) * p.ldq + t * 16;
+  const int x_dst = x_chunk_offset(g, t);
   const uint8_t* lane_meta = nullptr;
   if constexpr (kGroup) lane_meta = p.meta + size_t(w_nb) * p.num_groups * kMetaBytes + g * 4;
   // Shared mode: the X pieces this thread stages (fixed rows), so a stage costs a few instructions per copy.
   constexpr int kXCopies = C::kPrivate ? 1 : (C::kTokens * 4 + kThreads - 1) / kThreads;
   const uint8_t* xs_src[kXCopies];
+  int xs_dst[kXCopies];
 #pragma unroll
   for (int j = 0; j < kXCopies; ++j) {
     const int i = tid + j * kThreads;
     xs_src[j] = reinterpret_cast<const uint8_t*>(p.xq) + size_t(min(tok0 + (i >> 2), p.m - 1)) * p.ldq + (i & 3) * 16;
+    xs_dst[j] = C::kWBytes + x_chunk_offset(i >> 2, i & 3);
   }
 
   auto load_stage = [&](int stage, int kt) {
@@ -237,11 +258,10 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
         cp_async16(wst + lane * 16, w_src + size_t(kt) * kTileBytes);
       }
 #pragma unroll
-      for (int mt = 0; mt < C::MT; ++mt)
-        cp_async16_ca(wst + (1 + mt) * kTileBytes + lane * 16, x_src[mt] + kt * kTileK);
+      for (int mt = 0; mt < C::MT; ++mt) cp_async16_ca(wst + (1 + mt) * kTileBytes + x_dst, x_src[mt] + kt * kTileK);
       if constexpr (kGroup)
         cp_async4_ca(wst + (1 + C::MT) * kTileBytes + lane * 4,
-                     lane_meta + size_t((kt * kTileK + t * 16) >> p.group_shift) * kMetaBytes);
+                     lane_meta + size_t((kt * kTileK + (t >> 1) * 32) >> p.group_shift) * kMetaBytes);
     } else {
       // No cache hint here: the hinted copy faulted (illegal instruction) in this mode on the H200; prefill tiles
       // re-read each weight tile from L2 anyway.
@@ -249,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
 #pragma unroll
       for (int j = 0; j < kXCopies; ++j)
         if ((C::kTokens * 4) % kThreads == 0 || tid + j * kThreads < C::kTokens * 4)
-          cp_async16(st + C::kWBytes + (tid + j * kThreads) * 16, xs_src[j] + kt * kTileK);
+          cp_async16(st + xs_dst[j], xs_src[j] + kt * kTileK);
       if constexpr (kGroup) {
         if (m_src)
           cp_async16(st + C::kWBytes + C::kXBytes + m_blk * 64 + m_chunk * 16,
@@ -271,17 +291,27 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
     if (s < n_kt) load_stage(s, kt_begin + s);
     cp_async_commit();
   }
-  // Shared mode: the lane's group inside a tile (G = 32 puts lanes t = 0, 1 and t = 2, 3 in different groups).
-  const int meta_off = C::kPrivate ? warp * C::kWarpBytes + (1 + C::MT) * kTileBytes + lane * 4
-                                   : C::kWBytes + C::kXBytes + (p.group_size == 32 ? (t >> 1) * kMetaBytes : 0) + g * 4;
+  // The meta word of k-step 0: private, the lane's own copy (group 32: lane 4g's); shared, the tile's first group.
+  // Group 32 only: k-step 1's is 8 bytes (private: lane 4g + 2's copy) or one group (shared) further.
+  const int meta_off = C::kPrivate ? warp * C::kWarpBytes + (1 + C::MT) * kTileBytes + (kG32 ? g * 16 : lane * 4)
+                                   : C::kWBytes + C::kXBytes + g * 4;
+  constexpr int kMetaStep1 = C::kPrivate ? 8 : kMetaBytes;
   const int w_off = C::kPrivate ? warp * C::kWarpBytes + lane * 16 : lane * 16;
-  const int x_off = C::kPrivate ? warp * C::kWarpBytes + kTileBytes + lane * 16
-                                : C::kWBytes + (warp_t * C::MT * 8 + g) * kTileK + t * 16;
-  constexpr int kXTileStride = C::kPrivate ? kTileBytes : 8 * kTileK;  // between 8-token tiles
+  // ldmatrix rows: lane 8m + i addresses chunk m of token i of the 8-token tile.
+  const int x_off = (C::kPrivate ? warp * C::kWarpBytes + kTileBytes : C::kWBytes + warp_t * C::MT * 8 * kTileK) +
+                    x_chunk_offset(lane & 7, lane >> 3);
+  constexpr int kXTileStride = 8 * kTileK;  // between 8-token tiles (private: one 512-byte tile each)
+  static_assert(!C::kPrivate || kXTileStride == kTileBytes, "private X tiles are 512 bytes");
 
   for (int i = 0; i < n_kt; ++i) {
     cp_async_wait<C::kStages - 2>();
-    if constexpr (!C::kPrivate) __syncthreads();
+    // The lanes read each other's X and meta copies (ldmatrix), and the next load_stage overwrites the stage that
+    // the whole warp (private) or CTA (shared) read in the previous iteration.
+    if constexpr (C::kPrivate) {
+      __syncwarp();
+    } else {
+      __syncthreads();
+    }
     {
       const int next = i + C::kStages - 1;
       if (next < n_kt) load_stage(next % C::kStages, kt_begin + next);
@@ -290,16 +320,21 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
     const uint32_t st = smem_base + (i % C::kStages) * C::kStageBytes;
     uint4 xb[C::MT];
 #pragma unroll
-    for (int mt = 0; mt < C::MT; ++mt) xb[mt] = lds128(st + x_off + mt * kXTileStride);
+    for (int mt = 0; mt < C::MT; ++mt) xb[mt] = ldmatrix_x4(st + x_off + mt * kXTileStride);
 #pragma unroll
     for (int b = 0; b < C::CB; ++b) {
       const int blk = warp_c * C::CB + b;
       // Private mode: the warp's only block lives in its own region.
       const uint4 w = lds128(st + w_off + (C::kPrivate ? 0 : blk * kTileBytes));
       uint32_t a[2][4];  // [k-step][A register]
-      uint32_t mw = 0;
-      if constexpr (kGroup) mw = lds32(st + meta_off + (C::kPrivate ? 0 : blk * 64));
-      tile_fragments<kGroup>(w, mw, a);
+      // With one meta word for both k-steps the compiler shares their dequantization constants.
+      if constexpr (kGroup) {
+        const uint32_t ma = st + meta_off + (C::kPrivate ? 0 : blk * 64);
+        const uint32_t mw0 = lds32(ma);
+        tile_fragments<kGroup>(w, mw0, kG32 ? lds32(ma + kMetaStep1) : mw0, a);
+      } else {
+        tile_fragments<kGroup>(w, 0, 0, a);
+      }
 #pragma unroll
       for (int mt = 0; mt < C::MT; ++mt) {
         mma_k32(acc[b][mt], a[0][0], a[0][1], a[0][2], a[0][3], xb[mt].x, xb[mt].y);

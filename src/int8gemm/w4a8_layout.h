@@ -2,8 +2,9 @@
 // and the kernel so that both compute every offset the same way.
 //
 //   codes   [n_blocks][k_tiles] tiles of 16 channels x 64 K, 512 bytes each: lane L = 4g + t holds 16 bytes =
-//           4 words, word 2s + h = channel 16 nb + g + 8h, K values 64 kt + 16t + 8s + 0..7, value j in the low
-//           nibble of byte j (j < 4) or the high nibble of byte j - 4 (j >= 4)
+//           4 words, word 2s + h = channel 16 nb + g + 8h and k-step s: byte i's low nibble K 64 kt + 32s + 4t + i,
+//           its high nibble K 64 kt + 32s + 16 + 4t + i (i = 0..3), the K positions of the lane's A fragments in
+//           mma.m16n8k32 and wgmma (K in natural order: X is read as the caller stores it)
 //   meta    qoq-g only: [n_blocks][num_groups] x 32 bytes, lane word g = (s1, z*s1) of channel g, then of g + 8
 //   scales  [n_pad] fp16 bits (qoq-g: s0, qoq-c: s)
 //   zeros   qoq-c only: [n_pad] bytes
@@ -46,9 +47,9 @@ struct PackedLayout {
   // Byte holding the code of (row, col) and the nibble's shift (0 or 4).
   __host__ __device__ constexpr size_t code_byte(int row, int col, int* shift) const {
     const int nb = row / kTileN, r = row % kTileN, g = r % 8, h = r / 8;
-    const int kt = col / kTileK, c = col % kTileK, t = c / 16, s = (c % 16) / 8, j = c % 8;
-    *shift = j < 4 ? 0 : 4;
-    return (size_t(nb) * k_tiles() + kt) * kTileBytes + size_t(g * 4 + t) * 16 + size_t(s * 2 + h) * 4 + (j % 4);
+    const int kt = col / kTileK, c = col % kTileK, s = c / 32, hi = (c % 32) / 16, t = (c % 16) / 4, i = c % 4;
+    *shift = 4 * hi;
+    return (size_t(nb) * k_tiles() + kt) * kTileBytes + size_t(g * 4 + t) * 16 + size_t(s * 2 + h) * 4 + i;
   }
   // Offset of s1 of (row, group); z * s1 is the next byte.
   __host__ __device__ constexpr size_t meta_byte(int row, int group) const {

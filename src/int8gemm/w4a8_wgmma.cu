@@ -8,12 +8,11 @@
 //   dequantization (dequant4, the mma kernel's), exactly its A fragments of the tile's two k-steps: wgmma's per-warp
 //   A fragment is mma.m16n8k32's. No shuffles, and the weights never pass through the tensor core's shared-memory
 //   reads.
-// - The prepack permutes K inside each 64-K tile (lane t holds K 16t .. 16t + 15, for the mma kernel's 16-byte X
-//   loads), so X carries the same permutation: 4-byte word 4a + b of a token's 64 bytes goes to 16-byte chunk b,
-//   word a. Then k-step s reads chunks 2s and 2s + 1 in wgmma's canonical K-major layout without swizzle (core
-//   matrices of 8 tokens x 16 bytes: [8-token group][chunk][token % 8][16 bytes], LBO 128 bytes, SBO 512 bytes).
-//   A small kernel first writes X into the workspace in that order, as the image of each (token tile, 64-K tile)
-//   in shared memory, so that one bulk copy moves it.
+// - The prepack keeps K in its natural order (a lane's 16 bytes are its A fragments at their K positions), so X is
+//   read as the caller stores it: one TMA box per (token tile, 64-K tile) of a tensor map over X [M, ldq], kTok rows
+//   of 64 bytes in the 64-byte swizzle (rows past M read as zeros), which is wgmma's K-major 64-byte-swizzle layout
+//   (8-row groups 512 bytes apart; k-step s starts 32 bytes into the rows). Until session 22 the prepack permuted K
+//   inside the tile and a first kernel wrote X in the same order into the workspace (docs/int8_w4a8.md).
 // - CTA = 2 warpgroups = 128 channels (8 blocks) x kTok tokens. Copies by the TMA engine (cp.async.bulk) on
 //   mbarriers, no block barrier in the loop: each warp streams its own weight block through its own ring (runs of
 //   kWT tiles, kDWS runs deep); X, read by both warpgroups, through a ring of kXSlots tiles with full and empty
@@ -26,8 +25,6 @@
 //   acquire-release shared-memory atomic: MEMBAR.ALL.CTA, 1-12% slower). Now (ncu, wg128, M = 128): ~108 warp
 //   instructions per warp and tile, the tensor pipe ~40% busy; each warpgroup's tile is a ~1000-cycle dependent
 //   chain (X wait, issue, previous-group wait, shared loads, dequantization) for 128 tensor cycles.
-// - Launched as the permute kernel's programmatic dependent (session 20, QDEC_W4A8_WGMMA_PDL below): the CTAs set up
-//   and request their first weight runs while the permute kernel runs, and wait for it before the first X copy.
 // - int32 until the epilogue, so split-K partials add exactly, in any order: the same epilogue arithmetic as the mma
 //   kernel (w4a8_kernel.cuh), hence the same output bits as the kTokens paths. Split-K (session 21): where the K splits
 //   of a tile fit the SMs as one thread block cluster (2-8 CTAs), each CTA leaves its partial in its shared memory
@@ -43,21 +40,16 @@
 #include "int8gemm/w4a8_kernel.cuh"
 #include "int8gemm/w4a8_layout.h"
 #include "int8gemm/w4a8_wgmma.h"
+#include "int8gemm/w8a8_wgmma.h"
 #include "int8gemm/wgmma_s8.cuh"
 #include "runtime/cuda_check.h"
 
 namespace qdec::w4a8 {
 namespace {
 
-// QDEC_W4A8_WGMMA_PDL (build knob, 1; 0 for A/B variant builds): the GEMM kernel is launched as the permute kernel's
-// programmatic dependent, so its CTAs start, set up and request their first weight runs while the permute kernel runs,
-// and wait for it (griddepcontrol.wait) only before X. A grid of at most one CTA per SM then takes kOneCtaSmemBytes of
-// shared memory: launched early, the CTAs of the two-per-SM kernels otherwise paired up on the SMs that the permute
-// kernel left first (up to 1.3x slower), where a plain launch spreads them one per SM (docs/int8_w4a8.md, session 20).
-#ifndef QDEC_W4A8_WGMMA_PDL
-#define QDEC_W4A8_WGMMA_PDL 1
-#endif
-constexpr bool kPdl = QDEC_W4A8_WGMMA_PDL != 0;
+// A grid of at most one CTA per SM takes kOneCtaSmemBytes of shared memory, so that two CTAs never share an SM. It
+// came with session 20's programmatic launch behind the permute kernel (whose early CTAs otherwise paired up on the
+// SMs that kernel left first); the split planner's cluster capacities were measured with it, so it stays.
 // QDEC_W4A8_WGMMA_CLUSTER (build knob, 1; 0 for A/B variant builds): a split-K grid of 2 to kMaxClusterSplits splits
 // is launched as clusters of its splits, which add their partials through distributed shared memory instead of the
 // workspace and a ticket (docs/int8_w4a8.md, session 21), where the clusters fit the SMs in as few rounds as the CTAs.
@@ -70,15 +62,14 @@ constexpr int kMaxClusterSplits = 8;  // the portable cluster size
 constexpr int kOneCtaSmemBytes = 116 * 1024;
 
 // QDEC_W4A8_TIMELINE (probe builds only, default 0): every CTA of the GEMM kernel records %globaltimer at its phase
-// boundaries into g_timeline[cta][kTlSlots], and each permute CTA its start and end (after the CTA's stores), for
-// the timeline probe (bench/w4a8_timeline.cu). Off, the stamps compile to nothing. QDEC_W4A8_TIMELINE_NOPERM
-// (timing only, with it): the permute kernel is not launched (the GEMM reads a stale image).
+// boundaries into g_timeline[cta][kTlSlots], for the timeline probe (bench/w4a8_timeline.cu). Off, the stamps compile
+// to nothing.
 #ifndef QDEC_W4A8_TIMELINE
 #define QDEC_W4A8_TIMELINE 0
 #endif
 #if QDEC_W4A8_TIMELINE
 constexpr int kTlSlots = 10, kTlCtas = 4096;
-__device__ unsigned long long g_timeline[kTlCtas * (kTlSlots + 2)];
+__device__ unsigned long long g_timeline[kTlCtas * kTlSlots];
 #endif
 __device__ __forceinline__ void tl_stamp(int slot, bool cond) {
 #if QDEC_W4A8_TIMELINE
@@ -102,7 +93,7 @@ __device__ __forceinline__ void tl_stamp(int slot, bool cond) {
 template <int kTok_>
 struct WgConfig {
   static constexpr int kTok = kTok_;
-  static constexpr int kXBytes = kTok * kTileK;  // the permuted X tile
+  static constexpr int kXBytes = kTok * kTileK;  // an X tile: kTok rows of 64 bytes (64-byte swizzle)
   // Weights: every warp streams its own 16-channel block through its own ring, in runs of kWT 64-K tiles (one bulk
   // copy of the codes and one of the run's group meta per run), kDWS runs ahead, each run slot with its own "full"
   // mbarrier: no other warp takes part. One 512-byte copy per tile cost ~181 warp instructions per warp and tile
@@ -214,55 +205,6 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t a, uint32_t
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 
-// X in the prepack's K order, as the kernel's shared-memory image of each (token tile, 64-K tile): for token r of
-// the tile, word 4a + b of its 64 bytes goes to 16-byte chunk b, word a, at [r / 8][chunk][r % 8] (512 bytes per 8
-// tokens), so that one bulk copy moves a tile. out is [rows][k_tiles][kTok * 64]; tokens past M are zeros. One
-// thread per (64-K tile, token), tokens fastest: four 16-byte loads, four 16-byte stores (8 threads fill 128
-// contiguous bytes per chunk). It lets its programmatic dependent (the GEMM kernel) launch at once; that waits for
-// this grid's completion before it reads X.
-__device__ __forceinline__ void permute_x_one(const int8_t* __restrict__ xq, long long ldq, int m, int tok_tile,
-                                              int k_tiles, long long padded_rows, uint8_t* __restrict__ out,
-                                              long long i) {
-  const long long r = i % padded_rows, kt = i / padded_rows;
-  uint4 v0 = make_uint4(0, 0, 0, 0), v1 = v0, v2 = v0, v3 = v0;
-  if (r < m) {
-    const uint4* src = reinterpret_cast<const uint4*>(xq + r * ldq + kt * kTileK);
-    v0 = __ldg(src);
-    v1 = __ldg(src + 1);
-    v2 = __ldg(src + 2);
-    v3 = __ldg(src + 3);
-  }
-  const long long tile = r / tok_tile, rr = r % tok_tile;
-  uint8_t* img =
-      out + (tile * k_tiles + kt) * (static_cast<long long>(tok_tile) * kTileK) + (rr >> 3) * 512 + (rr & 7) * 16;
-  *reinterpret_cast<uint4*>(img) = make_uint4(v0.x, v1.x, v2.x, v3.x);
-  *reinterpret_cast<uint4*>(img + 128) = make_uint4(v0.y, v1.y, v2.y, v3.y);
-  *reinterpret_cast<uint4*>(img + 256) = make_uint4(v0.z, v1.z, v2.z, v3.z);
-  *reinterpret_cast<uint4*>(img + 384) = make_uint4(v0.w, v1.w, v2.w, v3.w);
-}
-
-__global__ void permute_x_kernel(const int8_t* __restrict__ xq, long long ldq, int m, int tok_tile, int k_tiles,
-                                 long long padded_rows, uint8_t* __restrict__ out) {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#if QDEC_W4A8_TIMELINE
-  if (threadIdx.x == 0 && blockIdx.x < kTlCtas) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    g_timeline[kTlCtas * kTlSlots + 2 * blockIdx.x] = t;
-  }
-#endif
-  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < padded_rows * k_tiles) permute_x_one(xq, ldq, m, tok_tile, k_tiles, padded_rows, out, i);
-#if QDEC_W4A8_TIMELINE
-  __syncthreads();
-  if (threadIdx.x == 0 && blockIdx.x < kTlCtas) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    g_timeline[kTlCtas * kTlSlots + 2 * blockIdx.x + 1] = t;
-  }
-#endif
-}
-
 // ---- The epilogue -------------------------------------------------------------------------------------------------
 // Output (token, channel) = fp32(acc - z * row_sum) * (s_x * s) + bias, the mma kernel's arithmetic (w4a8_kernel.cuh),
 // with the operands loaded before any store (read between the stores, each load is ordered after the stores before it:
@@ -328,10 +270,13 @@ __device__ __forceinline__ uint32_t pack_y2(float lo, float hi, bool fp16) {
 // weights from L2), z = K splits.
 template <int kTok, bool kGroup>
 __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
-    w4a8_wgmma_kernel(const __grid_constant__ KernelParams p) {
+    w4a8_wgmma_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ CUtensorMap xmap,
+                      const __grid_constant__ CUtensorMap xmap_tail) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = WgConfig<kTok>;
-  extern __shared__ __align__(256) uint8_t smem[];  // no static __shared__ (see the mma kernel's ticket flag)
+  // No static __shared__ (see the mma kernel's ticket flag); the X slots must start on the 512-byte period of the
+  // 64-byte swizzle.
+  extern __shared__ __align__(1024) uint8_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   tl_stamp(0, tid == 0);
   tl_stamp(1, tid == 0);
@@ -342,24 +287,23 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   const int kt_begin = blockIdx.z * p.kt_per_split;
   const int n_kt = min(p.k_tiles, kt_begin + p.kt_per_split) - kt_begin;
   const int n_runs = (n_kt + C::kWT - 1) / C::kWT;
-  // The split's runs in a rotated order per column when they are all whole: every column reads the same X image,
+  // The split's runs in a rotated order per column when they are all whole: every column reads the same X tiles,
   // and in the same order all CTAs would ask L2 for the same lines at once (one tile of X served to every SM from a
   // few L2 slices). The CTAs of one column (its token tiles) keep one order: the second reads the weights from L2.
   // Integer sums, so the order changes no bit.
   const int rot = n_kt % C::kWT == 0 ? col * 5 % n_runs : 0;
   auto phys = [&](int run) { return run + rot < n_runs ? run + rot : run + rot - n_runs; };
   const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const bool group32 = p.group_size == 32;
 
   // Copies by the TMA engine (bulk copies; cp.async's per-thread copies kept the weights at ~1.3-1.7 TB/s whatever
   // the ring depth). W: lane 0 of warp w copies block nb0 + w's runs (codes and group meta; blocks past N read the
-  // last block, never stored) into the warp's own ring. X: thread 0 copies each tile's image (permute_x_kernel; p.xq
-  // points at it) once the tile that used the slot before has left both warpgroups' tensor pipes.
+  // last block, never stored) into the warp's own ring. X: thread 0 copies each tile's box (the tensor map) once the
+  // tile that used the slot before has left both warpgroups' tensor pipes.
   const int w_nb = min(nb0 + warp, p.n_blocks - 1);
   const uint8_t* w_src = p.codes + (size_t(w_nb) * p.k_tiles + kt_begin) * kTileBytes;
   const uint8_t* m_src = kGroup ? p.meta + size_t(w_nb) * p.num_groups * kMetaBytes : nullptr;
   auto first_group = [&](int run) { return ((kt_begin + phys(run) * C::kWT) * kTileK) >> p.group_shift; };
-  const uint8_t* x_src =
-      reinterpret_cast<const uint8_t*>(p.xq) + (size_t(row_tile) * p.k_tiles + kt_begin) * C::kXBytes;
   const uint32_t w_ring = smem_base + C::kWOffset + warp * C::kWWarpBytes;
   const uint32_t w_full = smem_base + C::kBarOffset + warp * C::kDWS * 8;  // [kDWS], this warp's
   const uint32_t x_full = smem_base + C::kBarOffset + kWarps * C::kDWS * 8;
@@ -388,12 +332,18 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
     if constexpr (kGroup)
       bulk_g2s(st + C::kWT * kTileBytes, m_src + size_t(first_group(run)) * kMetaBytes, mbytes, bar);
   };
-  // Tile j of the split into X slot j % kXSlots (thread 0).
+  // Tile j of the split into X slot j % kXSlots (thread 0): K kt * 64 .. + 63 of tokens tok0 .. tok0 + kTok - 1. The
+  // last token tile of an M that is not a multiple of kTok takes a box of its M % kTok rows (xmap_tail): boxes
+  // reaching past M (zero-filled by the TMA) made a call up to 10% slower (wg256 at M = 192, session 22). The slot's
+  // rows past M then keep stale bytes, whose products land in accumulator rows that are never stored.
+  const bool x_tail = row_tile == rows - 1 && p.m % kTok != 0;
+  const CUtensorMap* x_map = x_tail ? &xmap_tail : &xmap;
+  const int x_bytes = x_tail ? (p.m % kTok) * kTileK : C::kXBytes;
   auto load_x = [&](int j) {
     const uint32_t bar = x_full + uint32_t(j % C::kXSlots) * 8;
-    const int kt = phys(j / C::kWT) * C::kWT + j % C::kWT;
-    mbar_expect_tx(bar, C::kXBytes);
-    bulk_g2s(smem_base + uint32_t(j % C::kXSlots) * C::kXBytes, x_src + size_t(kt) * C::kXBytes, C::kXBytes, bar);
+    const int kt = kt_begin + phys(j / C::kWT) * C::kWT + j % C::kWT;
+    mbar_expect_tx(bar, x_bytes);
+    w8a8::tma_load_2d(smem_base + uint32_t(j % C::kXSlots) * C::kXBytes, x_map, kt * kTileK, tok0, bar);
   };
 
   uint32_t d[kTok / 2];
@@ -402,15 +352,12 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
 
   if (lane == 0)
     for (int r = 0; r < C::kDWS && r < n_runs; ++r) load_w(r, r);
-  // Launched as the permute kernel's programmatic dependent (kPdl), the CTA has set up and requested its first weight
-  // runs while that kernel ran; the X image it writes is read only after this (a no-op in a plain launch).
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   tl_stamp(2, tid == 0);
   if (tid == 0)
     for (int j = 0; j < C::kXSlots && j < n_kt; ++j) load_x(j);
 
   // A run's shared-memory addresses for this lane, computed once per run: its codes in ring slot `slot` and the
-  // group-meta word of each of its tiles (group 32 puts lanes t = 0, 1 and t = 2, 3 in different groups).
+  // group-meta word of each of its tiles' first k-step (group 32: k-step 1's is the next group's, kMetaBytes on).
   struct RunAddr {
     uint32_t codes;
     uint32_t meta[C::kWT];
@@ -422,23 +369,32 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
     const int kt0 = kt_begin + phys(run) * C::kWT, group0 = (kt0 * kTileK) >> p.group_shift;
 #pragma unroll
     for (int u = 0; u < C::kWT; ++u)
-      r.meta[u] =
-          st + C::kWT * kTileBytes + g * 4 + ((((kt0 + u) * kTileK + 16 * t) >> p.group_shift) - group0) * kMetaBytes;
+      r.meta[u] = st + C::kWT * kTileBytes + g * 4 + ((((kt0 + u) * kTileK) >> p.group_shift) - group0) * kMetaBytes;
     return r;
   };
   // A fragments of both k-steps of the run's tile u ([k-step][A register]).
+  // Group 32 puts the tile's k-steps in two groups (two meta words); otherwise one word serves both, and the branch
+  // lets the compiler share the k-steps' dequantization constants.
   auto dequant_tile = [&](const RunAddr& r, int u, uint32_t(&a)[2][4]) {
     const uint4 w = lds128(r.codes + u * kTileBytes);
-    const uint32_t mw = kGroup ? lds32(r.meta[u]) : 0;
-    tile_fragments<kGroup>(w, mw, a);
+    if constexpr (kGroup) {
+      const uint32_t mw0 = lds32(r.meta[u]);
+      if (group32) {
+        tile_fragments<kGroup>(w, mw0, lds32(r.meta[u] + kMetaBytes), a);
+      } else {
+        tile_fragments<kGroup>(w, mw0, mw0, a);
+      }
+    } else {
+      tile_fragments<kGroup>(w, 0, 0, a);
+    }
   };
-  // Issues (does not wait for) the tile's two k-steps from X slot u: chunks 2s, 2s + 1 (32 bytes of permuted K).
-  const uint64_t desc0 = w8a8::interleave_desc(smem_base, 128, 512);
+  // Issues (does not wait for) the tile's two k-steps from X slot u: K bytes 32s .. 32s + 31 of the 64-byte rows.
+  const uint64_t desc0 = w8a8::sw64_desc(smem_base);
   auto mma_tile = [&](int u, const uint32_t(&a)[2][4]) {
     fence_operands(d);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
     wgmma_rs<kTok>(d, a[0], desc0 + uint64_t((u * C::kXBytes) >> 4));
-    wgmma_rs<kTok>(d, a[1], desc0 + uint64_t((u * C::kXBytes + 256) >> 4));
+    wgmma_rs<kTok>(d, a[1], desc0 + uint64_t((u * C::kXBytes + 32) >> 4));
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   };
 
@@ -465,8 +421,8 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
       fence_operands(d);
       // Tile j - 1 has left this warpgroup's tensor pipe: release its slot; thread 0 refills it once both have.
-      // (Measured: the second warpgroup to release a slot refilling it, by a shared-memory atomic instead of the wait,
-      // was 1-12% slower: the atomic's acquire-release compiles to MEMBAR.ALL.CTA.)
+      // (Measured: the second warpgroup to release a slot refilling it, by a shared-memory atomic instead of the
+      // wait, was 1-12% slower: the atomic's acquire-release compiles to MEMBAR.ALL.CTA.)
       if (j >= 1) {
         const int prev = (u + C::kXSlots - 1) % C::kXSlots;  // tile j - 1's slot
         if ((tid & 127) == 0) mbar_arrive(x_empty + prev * 8);
@@ -710,14 +666,12 @@ Status split_k_clusters(dim3 grid, int smem, int sm_count, int* cluster) {
 template <int kTok>
 int launch_smem(dim3 grid, int sm_count) {
   const long long ctas = static_cast<long long>(grid.x) * grid.z;
-  return kPdl && ctas <= sm_count ? std::max(WgConfig<kTok>::kSmemBytes, kOneCtaSmemBytes) : WgConfig<kTok>::kSmemBytes;
+  return ctas <= sm_count ? std::max(WgConfig<kTok>::kSmemBytes, kOneCtaSmemBytes) : WgConfig<kTok>::kSmemBytes;
 }
 
 template <int kTok, bool kGroup>
-Status launch(const KernelParams& kp, dim3 grid, uint8_t* x_perm, cudaStream_t stream) {
+Status launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
   QDEC_RETURN_IF_ERROR((prepare<kTok, kGroup>()));
-  const long long padded = static_cast<long long>((kp.m + kTok - 1) / kTok) * kTok;
-  const long long items = padded * kp.k_tiles;
   DeviceInfo dev;
   QDEC_RETURN_IF_ERROR(current_device_info(&dev));
   const int smem = launch_smem<kTok>(grid, dev.sm_count);
@@ -725,18 +679,18 @@ Status launch(const KernelParams& kp, dim3 grid, uint8_t* x_perm, cudaStream_t s
   // placed whole, within one GPC, so a GPC's spare SMs may take no cluster).
   int cluster = 1;
   QDEC_RETURN_IF_ERROR((split_k_clusters<kTok, kGroup>(grid, smem, dev.sm_count, &cluster)));
-#if !defined(QDEC_W4A8_TIMELINE_NOPERM)
-  permute_x_kernel<<<unsigned((items + 255) / 256), 256, 0, stream>>>(kp.xq, kp.ldq, kp.m, kTok, kp.k_tiles, padded,
-                                                                      x_perm);
-  QDEC_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "w4a8 permute_x_kernel launch"));
-#else
-  (void)items;
-#endif
-  KernelParams kq = kp;
-  kq.xq = reinterpret_cast<const int8_t*>(x_perm);
-  LaunchConfig cfg(grid, dim3(kThreads), smem, stream, kPdl);
+  // X [M, ldq] as boxes of kTok rows x one 64-K tile (w4a8_gemm validated: 16-byte aligned, ldq a multiple of 16),
+  // and of the last token tile's M % kTok rows.
+  CUtensorMap xmap{}, xmap_tail{};
+  QDEC_RETURN_IF_ERROR(w8a8::int8_tensor_map(&xmap, kp.xq, kp.m, kp.k_tiles * kTileK, kp.ldq, kTileK, kTok,
+                                             CU_TENSOR_MAP_SWIZZLE_64B, "w4a8 x"));
+  xmap_tail = xmap;
+  if (kp.m % kTok != 0)
+    QDEC_RETURN_IF_ERROR(w8a8::int8_tensor_map(&xmap_tail, kp.xq, kp.m, kp.k_tiles * kTileK, kp.ldq, kTileK,
+                                               kp.m % kTok, CU_TENSOR_MAP_SWIZZLE_64B, "w4a8 x tail"));
+  LaunchConfig cfg(grid, dim3(kThreads), smem, stream, false);
   if (cluster > 1) cfg.set_cluster(dim3(1, 1, cluster));
-  QDEC_CUDA_RETURN(cudaLaunchKernelEx(cfg.get(), w4a8_wgmma_kernel<kTok, kGroup>, kq));
+  QDEC_CUDA_RETURN(cudaLaunchKernelEx(cfg.get(), w4a8_wgmma_kernel<kTok, kGroup>, kp, xmap, xmap_tail));
   return cuda_status(cudaGetLastError(), "w4a8_wgmma_kernel launch");
 }
 
@@ -763,14 +717,14 @@ Status wgmma_cluster_capacity(int tokens, int splits, bool one_cta, int* cluster
                                             clusters);
   }
 }
-// Probe builds: resets (all stamps 0, the permute kernel's start to the maximum) or reads g_timeline.
+// Probe builds: resets (all stamps 0) or reads g_timeline.
 Status wgmma_timeline(bool reset, std::vector<unsigned long long>* out) {
   if (reset) {
-    std::vector<unsigned long long> z(kTlCtas * (kTlSlots + 2), 0);
+    std::vector<unsigned long long> z(kTlCtas * kTlSlots, 0);
     QDEC_CUDA_RETURN(cudaMemcpyToSymbol(g_timeline, z.data(), z.size() * 8));
     return Status::Ok();
   }
-  out->resize(kTlCtas * (kTlSlots + 2));
+  out->resize(kTlCtas * kTlSlots);
   QDEC_CUDA_RETURN(cudaMemcpyFromSymbol(out->data(), g_timeline, out->size() * 8));
   return Status::Ok();
 }
@@ -809,15 +763,14 @@ Status wgmma_split_k_cluster(int tokens, bool group, dim3 grid, int* cluster) {
   return bad_tokens(tokens);
 }
 
-Status wgmma_kernel_launch(int tokens, bool group, const KernelParams& kp, dim3 grid, uint8_t* x_perm,
-                           cudaStream_t stream) {
+Status wgmma_kernel_launch(int tokens, bool group, const KernelParams& kp, dim3 grid, cudaStream_t stream) {
   switch (tokens) {
     case 64:
-      return group ? launch<64, true>(kp, grid, x_perm, stream) : launch<64, false>(kp, grid, x_perm, stream);
+      return group ? launch<64, true>(kp, grid, stream) : launch<64, false>(kp, grid, stream);
     case 128:
-      return group ? launch<128, true>(kp, grid, x_perm, stream) : launch<128, false>(kp, grid, x_perm, stream);
+      return group ? launch<128, true>(kp, grid, stream) : launch<128, false>(kp, grid, stream);
     case 256:
-      return group ? launch<256, true>(kp, grid, x_perm, stream) : launch<256, false>(kp, grid, x_perm, stream);
+      return group ? launch<256, true>(kp, grid, stream) : launch<256, false>(kp, grid, stream);
   }
   return bad_tokens(tokens);
 }

@@ -19,10 +19,8 @@ Status wgmma_kernel_occupancy(int tokens, bool group, int* blocks);
 // Whether a launch of `grid` runs its K splits as thread block clusters (*cluster = grid.z), which add their partials
 // through distributed shared memory, or through the workspace and a ticket (*cluster = 1); see wgmma_kernel_launch.
 Status wgmma_split_k_cluster(int tokens, bool group, dim3 grid, int* cluster);
-// grid: x = (128-channel column) x (token tile), token tiles fastest; z = K splits. x_perm: ceil(M / tokens) x
-// tokens x K bytes of workspace (16-byte aligned) for X in the prepack's K order, tile by tile (written by a first
-// kernel). Nothing is launched on error.
-Status wgmma_kernel_launch(int tokens, bool group, const KernelParams& kp, dim3 grid, uint8_t* x_perm,
-                           cudaStream_t stream);
+// grid: x = (128-channel column) x (token tile), token tiles fastest; z = K splits. X (kp.xq, kp.ldq) is read through a
+// TMA tensor map: 16-byte aligned, ldq a multiple of 16 (w4a8_gemm validates both). Nothing is launched on error.
+Status wgmma_kernel_launch(int tokens, bool group, const KernelParams& kp, dim3 grid, cudaStream_t stream);
 
 }  // namespace qdec::w4a8

@@ -74,15 +74,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
       "r"(parity)
       : "memory");
 }
-// A 2-D box of the tensor map at (c0 = K byte, c1 = row) into shared memory, completing on `bar`.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
-
 // Named barrier 1 + c: the 128 threads of consumer warpgroup c alone (the other consumer is elsewhere in its tile).
 __device__ __forceinline__ void consumer_bar(int c) {
   asm volatile("bar.sync %0, 128;\n" ::"r"(1 + c) : "memory");
@@ -354,42 +345,6 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
 #endif
 }
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-Status encode_tiled(EncodeTiled* out) {
-  static std::mutex mu;
-  static EncodeTiled fn = nullptr;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!fn) {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    QDEC_CUDA_RETURN(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
-    if (q != cudaDriverEntryPointSuccess || !p)
-      return Status(StatusCode::kUnsupported, "w8a8 wgmma: the driver has no cuTensorMapEncodeTiled");
-    fn = reinterpret_cast<EncodeTiled>(p);
-  }
-  *out = fn;
-  return Status::Ok();
-}
-
-// int8 [rows, K] with leading dimension ld (bytes), boxes of box_rows x 128 bytes, 128-byte swizzle, zero fill.
-Status make_map(EncodeTiled enc, CUtensorMap* map, const int8_t* base, int rows, int k, long long ld, int box_rows,
-                const char* what) {
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
-  const cuuint32_t box[2] = {kBK, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t estride[2] = {1, 1};
-  const CUresult r = enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<int8_t*>(base), dims, strides, box, estride,
-                         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, QDEC_W8A8_WGMMA_L2_PROMOTION,
-                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    return Status(StatusCode::kCudaError, std::string("w8a8 wgmma: cuTensorMapEncodeTiled(") + what +
-                                              ") failed with CUresult " + std::to_string(int(r)));
-  return Status::Ok();
-}
-
 // ---- The cooperative kernel (session 5's): both consumers on one 128 x 256 tile, for long-K problems that give
 // each consumer of the ping-pong kernel only one or two tiles (wgmma_plan's rule): there the ping-pong overlap buys
 // little, and a 128 x 256 step reads fewer shared-memory bytes per MAC (0.031 against 0.039 B, TMA writes included).
@@ -515,6 +470,46 @@ Status set_smem_attributes() {
 
 }  // namespace
 
+namespace {
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+Status encode_tiled(EncodeTiled* out) {
+  static std::mutex mu;
+  static EncodeTiled fn = nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!fn) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    QDEC_CUDA_RETURN(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !p)
+      return Status(StatusCode::kUnsupported, "the driver has no cuTensorMapEncodeTiled");
+    fn = reinterpret_cast<EncodeTiled>(p);
+  }
+  *out = fn;
+  return Status::Ok();
+}
+}  // namespace
+
+Status int8_tensor_map(CUtensorMap* map, const int8_t* base, int rows, int k, long long ld, int box_k, int box_rows,
+                       CUtensorMapSwizzle swizzle, const char* what) {
+  EncodeTiled enc = nullptr;
+  QDEC_RETURN_IF_ERROR(encode_tiled(&enc));
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t estride[2] = {1, 1};
+  const CUresult r =
+      enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<int8_t*>(base), dims, strides, box, estride,
+          CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, QDEC_W8A8_WGMMA_L2_PROMOTION, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Status(StatusCode::kCudaError, std::string("cuTensorMapEncodeTiled(") + what + ", [" + std::to_string(rows) +
+                                              ", " + std::to_string(k) + "], ld " + std::to_string(ld) +
+                                              ") failed with CUresult " + std::to_string(int(r)));
+  return Status::Ok();
+}
+
 Status wgmma_supported() {
   return sm90a_kernel_status<w8a8_wgmma_kernel<0>>("w8a8 wgmma backend");
 }
@@ -587,11 +582,10 @@ Status wgmma_launch(const WgmmaArgs& args, const WgmmaPlan& pl, const int8_t* xq
   QDEC_RETURN_IF_ERROR(wgmma_supported());
   if (args.y_dtype < 0 || args.y_dtype > 2)
     return Status(StatusCode::kInvalidArgument, "w8a8 wgmma: y dtype " + std::to_string(args.y_dtype));
-  EncodeTiled enc = nullptr;
-  QDEC_RETURN_IF_ERROR(encode_tiled(&enc));
   CUtensorMap mx{}, mw{};
-  QDEC_RETURN_IF_ERROR(make_map(enc, &mx, xq, args.m, args.k, ldq, kBM, "x"));
-  QDEC_RETURN_IF_ERROR(make_map(enc, &mw, wq, args.n, args.k, ldw, pl.coop ? kCoopBN : kBN, "w"));
+  QDEC_RETURN_IF_ERROR(int8_tensor_map(&mx, xq, args.m, args.k, ldq, kBK, kBM, CU_TENSOR_MAP_SWIZZLE_128B, "w8a8 x"));
+  QDEC_RETURN_IF_ERROR(int8_tensor_map(&mw, wq, args.n, args.k, ldw, kBK, pl.coop ? kCoopBN : kBN,
+                                       CU_TENSOR_MAP_SWIZZLE_128B, "w8a8 w"));
   WgmmaArgs a = args;
   a.tiles_m = pl.tiles_m;
   a.tiles_n = pl.tiles_n;

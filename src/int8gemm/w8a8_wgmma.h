@@ -1,6 +1,7 @@
 // The kWgmma backend of qdec/w8a8_gemm.h (src/int8gemm/w8a8_wgmma.cu): work in progress, see that file.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -42,5 +43,11 @@ Status wgmma_supported();
 // Xq [M, ldq] and Wq [N, ldw] int8, K-contiguous, 16-byte aligned, ld multiples of 16 (validated by the caller).
 Status wgmma_launch(const WgmmaArgs& a, const WgmmaPlan& plan, const int8_t* xq, long long ldq, const int8_t* wq,
                     long long ldw, void* workspace, cudaStream_t stream);
+
+// An int8 [rows, k] matrix (leading dimension ld bytes; base and ld 16-byte aligned) as a TMA tensor map of boxes of
+// box_rows rows x box_k bytes in the given swizzle mode; rows past `rows` read as zeros. Also used by the W4A8 wgmma
+// kernel for X. `what` names the operand in the error.
+Status int8_tensor_map(CUtensorMap* map, const int8_t* base, int rows, int k, long long ld, int box_k, int box_rows,
+                       CUtensorMapSwizzle swizzle, const char* what);
 
 }  // namespace qdec::w8a8

@@ -1,8 +1,10 @@
 // The int8 warpgroup MMA of sm_90a used by src/int8gemm/w8a8_wgmma.cu, src/int8gemm/w4a8_wgmma.cu (and
-// bench/wgmma_probe.cu): shared-memory descriptors of K-major tiles (128-byte swizzle, or none) and
-// wgmma.m64nNk32.s32.s8.s8 with B from shared memory and A from shared memory (SS, N = 128, 256) or registers (RS,
-// N = 64, 128, 256). Compile the callers for sm_90a only.
+// bench/wgmma_probe.cu): shared-memory descriptors of K-major tiles (128- or 64-byte swizzle, or none), the TMA's 2-D
+// box load, and wgmma.m64nNk32.s32.s8.s8 with B from shared memory and A from shared memory (SS, N = 128, 256) or
+// registers (RS, N = 64, 128, 256). Compile the callers for sm_90a only.
 #pragma once
+
+#include <cuda.h>
 
 #include <cstdint>
 
@@ -69,6 +71,22 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
 __device__ __forceinline__ uint64_t interleave_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return (static_cast<uint64_t>((addr & 0x3FFFF) >> 4)) | (static_cast<uint64_t>(lbo >> 4) << 16) |
          (static_cast<uint64_t>(sbo >> 4) << 32);
+}
+
+// K-major rows of 64 bytes, 64-byte swizzle (the TMA's CU_TENSOR_MAP_SWIZZLE_64B: 16-byte chunk c of row r at
+// c ^ ((r >> 1) & 3)); 8-row groups 512 bytes apart; leading byte offset unused (1). A k-step of 32 bytes starts
+// 32 bytes into the rows: add 2 to the descriptor. The rows must start on the pattern's 512-byte period.
+__device__ __forceinline__ uint64_t sw64_desc(uint32_t addr) {
+  return (static_cast<uint64_t>((addr & 0x3FFFF) >> 4)) | (static_cast<uint64_t>(1) << 16) |
+         (static_cast<uint64_t>(512 >> 4) << 32) | (static_cast<uint64_t>(2) << 62);
+}
+// A 2-D box of the tensor map at (c0 = K byte, c1 = row) into shared memory, completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
 }
 
 // d (64x256 int32 of this warpgroup) (+)= A (64x32 s8, K-major, smem) * B (256x32 s8, K-major, smem)^T.
