@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
 #pragma unroll
   for (int mt = 0; mt < C::MT; ++mt)
     x_src[mt] = reinterpret_cast<const uint8_t*>(p.xq) + size_t(min(tok0 + mt * 8 + g, p.m - 1)) * p.ldq + t * 16;
-  const int x_dst = x_chunk_offset(g, t);
+  int x_dst = x_chunk_offset(g, t);
   const uint8_t* lane_meta = nullptr;
   if constexpr (kGroup) lane_meta = p.meta + size_t(w_nb) * p.num_groups * kMetaBytes + g * 4;
   // Shared mode: the X pieces this thread stages (fixed rows), so a stage costs a few instructions per copy.
@@ -246,6 +246,14 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
     const int i = tid + j * kThreads;
     xs_src[j] = reinterpret_cast<const uint8_t*>(p.xq) + size_t(min(tok0 + (i >> 2), p.m - 1)) * p.ldq + (i & 3) * 16;
     xs_dst[j] = C::kWBytes + x_chunk_offset(i >> 2, i & 3);
+  }
+  // Private mode: keep the lane's copy addresses in registers. Without this the compiler recomputed them inside the
+  // main loop (~30 more instructions per tile, the loop no longer unrolled; t8 at qoq-g128 up to 14% slower, SASS in
+  // session 22).
+  if constexpr (C::kPrivate) {
+#pragma unroll
+    for (int mt = 0; mt < C::MT; ++mt) asm volatile("" : "+l"(x_src[mt]));
+    asm volatile("" : "+r"(x_dst), "+l"(w_src), "+l"(lane_meta));
   }
 
   auto load_stage = [&](int stage, int kt) {
