@@ -10,8 +10,8 @@
 //   reads.
 // - The prepack keeps K in its natural order (a lane's 16 bytes are its A fragments at their K positions), so X is
 //   read as the caller stores it: one TMA box per (token tile, 64-K tile) of a tensor map over X [M, ldq], kTok rows
-//   of 64 bytes in the 64-byte swizzle (rows past M read as zeros), which is wgmma's K-major 64-byte-swizzle layout
-//   (8-row groups 512 bytes apart; k-step s starts 32 bytes into the rows). Until session 22 the prepack permuted K
+//   of 64 bytes in the 64-byte swizzle (the last token tile's box stops at M), which is wgmma's K-major
+//   64-byte-swizzle layout (8-row groups 512 bytes apart; k-step s starts 32 bytes into the rows). Until session 22 the prepack permuted K
 //   inside the tile and a first kernel wrote X in the same order into the workspace (docs/int8_w4a8.md).
 // - CTA = 2 warpgroups = 128 channels (8 blocks) x kTok tokens. Copies by the TMA engine (cp.async.bulk) on
 //   mbarriers, no block barrier in the loop: each warp streams its own weight block through its own ring (runs of
