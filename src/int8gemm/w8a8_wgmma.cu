@@ -468,9 +468,6 @@ Status set_smem_attributes() {
   return Status::Ok();
 }
 
-}  // namespace
-
-namespace {
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -490,6 +487,7 @@ Status encode_tiled(EncodeTiled* out) {
   *out = fn;
   return Status::Ok();
 }
+
 }  // namespace
 
 Status int8_tensor_map(CUtensorMap* map, const int8_t* base, int rows, int k, long long ld, int box_k, int box_rows,
