@@ -104,6 +104,13 @@ __device__ __forceinline__ void cp_async16_ca(uint32_t smem, const void* gmem) {
 __device__ __forceinline__ void cp_async4_ca(uint32_t smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem), "l"(gmem) : "memory");
 }
+// kBytes (4, 8 or 16) global -> shared, or zeros where !valid (src-size 0: nothing is read from gmem).
+template <int kBytes>
+__device__ __forceinline__ void cp_async_ca_zfill(uint32_t smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem), "l"(gmem), "n"(kBytes),
+               "r"(valid ? kBytes : 0)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
@@ -353,6 +360,43 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
   cp_async_wait<0>();
 
   // Fragment (b, mt, i): channel 16 * (nb0 + blk) + g + 8 * (i >> 1), token tok0 + 8 * tile + 2t + (i & 1).
+  // The epilogue's operands of this thread's channels and tokens. The private configurations (M <= 32) load them all
+  // into registers here, before the split-K exchange and any store, so that their latency overlaps it and is paid
+  // once (loads between the stores are ordered after them: Y may alias them as far as the compiler knows); the shared
+  // ones, short of registers, load them between the stores as before.
+  constexpr bool kHoist = C::kPrivate;
+  struct ChanOps {
+    float s_w = 0.0f, bias = 0.0f;
+    int z = 0;
+  };
+  auto chan_ops = [&](int b, int h) {
+    ChanOps o;
+    const int nb = nb0 + warp_c * C::CB + b, ch = nb * kTileN + g + 8 * h;
+    if (nb < p.n_blocks && ch < p.n) {
+      o.s_w = __half2float(__ushort_as_half(p.scales[ch]));
+      o.bias = p.bias ? p.bias[ch] : 0.0f;
+      if constexpr (!kGroup) o.z = p.zeros[ch];
+    }
+    return o;
+  };
+  auto tok_of = [&](int mt, int e) { return tok0 + (warp_t * C::MT + mt) * 8 + 2 * t + e; };
+  ChanOps hch[kHoist ? C::CB : 1][2];
+  float hsx[kHoist ? C::MT : 1][2];
+  int hrs[kHoist ? C::MT : 1][2];
+  if constexpr (kHoist) {
+#pragma unroll
+    for (int b = 0; b < C::CB; ++b)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) hch[b][h] = chan_ops(b, h);
+#pragma unroll
+    for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int tok = min(tok_of(mt, e), p.m - 1);  // tokens past M: never stored
+        hsx[mt][e] = p.sx[tok];
+        hrs[mt][e] = kGroup ? 0 : p.row_sum[tok];
+      }
+  }
   if (gridDim.z > 1) {
     // Split-K: every CTA stores its fragments (4 int32 per thread, token tile and channel block) as one 16-byte
     // plain store each into its own slot of the partials; the last CTA of the tile (by ticket) adds the other
@@ -405,18 +449,30 @@ __global__ void __launch_bounds__(kThreads, C::kMinBlocks) w4a8_kernel(const __g
     for (int h = 0; h < 2; ++h) {
       const int ch = nb * kTileN + g + 8 * h;
       if (ch >= p.n) continue;
-      const float s_w = __half2float(__ushort_as_half(p.scales[ch]));
-      const float bias = p.bias ? p.bias[ch] : 0.0f;
-      const int z = kGroup ? 0 : p.zeros[ch];
+      ChanOps o;
+      if constexpr (kHoist) {
+        o = hch[b][h];
+      } else {
+        o = chan_ops(b, h);
+      }
 #pragma unroll
       for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int tok = tok0 + (warp_t * C::MT + mt) * 8 + 2 * t + e;
+          const int tok = tok_of(mt, e);
           if (tok >= p.m) continue;
+          float sx;
+          int rs = 0;
+          if constexpr (kHoist) {
+            sx = hsx[mt][e];
+            rs = hrs[mt][e];
+          } else {
+            sx = p.sx[tok];
+            if constexpr (!kGroup) rs = p.row_sum[tok];
+          }
           int32_t v = acc[b][mt][2 * h + e];
-          if constexpr (!kGroup) v -= z * p.row_sum[tok];
-          const float y = __fmaf_rn(static_cast<float>(v), p.sx[tok] * s_w, bias);
+          if constexpr (!kGroup) v -= o.z * rs;
+          const float y = __fmaf_rn(static_cast<float>(v), sx * o.s_w, o.bias);
           store_y(p.y, p.y_dtype, size_t(tok) * p.ldy + ch, y);
         }
     }

@@ -11,8 +11,9 @@
 // - The prepack keeps K in its natural order (a lane's 16 bytes are its A fragments at their K positions), so X is
 //   read as the caller stores it: one TMA box per (token tile, 64-K tile) of a tensor map over X [M, ldq], kTok rows
 //   of 64 bytes in the 64-byte swizzle (the last token tile's box stops at M), which is wgmma's K-major
-//   64-byte-swizzle layout (8-row groups 512 bytes apart; k-step s starts 32 bytes into the rows). Until session 22 the prepack permuted K
-//   inside the tile and a first kernel wrote X in the same order into the workspace (docs/int8_w4a8.md).
+//   64-byte-swizzle layout (8-row groups 512 bytes apart; k-step s starts 32 bytes into the rows). Until session 22 the
+//   prepack permuted K inside the tile and a first kernel wrote X in the same order into the workspace
+//   (docs/int8_w4a8.md).
 // - CTA = 2 warpgroups = 128 channels (8 blocks) x kTok tokens. Copies by the TMA engine (cp.async.bulk) on
 //   mbarriers, no block barrier in the loop: each warp streams its own weight block through its own ring (runs of
 //   kWT tiles, kDWS runs deep); X, read by both warpgroups, through a ring of kXSlots tiles with full and empty
@@ -90,6 +91,8 @@ __device__ __forceinline__ void tl_stamp(int slot, bool cond) {
 #endif
 }
 
+constexpr int kCtaChannels = kCtaBlocks * kTileN;  // 128
+
 template <int kTok_>
 struct WgConfig {
   static constexpr int kTok = kTok_;
@@ -109,18 +112,25 @@ struct WgConfig {
   static constexpr int kWOffset = kXSlots * kXBytes;
   static constexpr int kBarOffset = kWOffset + kWarps * kWWarpBytes;
   // Barriers: [kWarps][kDWS] W full, [kXSlots] X full, [kXSlots] X empty.
-  static constexpr int kSmemBytes = kBarOffset + (kWarps * kDWS + 2 * kXSlots) * 8;
-  // After the main loop the per-token epilogue operands (8 * kTok bytes) sit in the weight rings. In a split-K
-  // cluster the X ring holds the CTA's int32 partial ([chunk][thread] int4, kTok x 512 bytes), which the cluster's
-  // other CTAs read, so each warp's output staging (kTok x 32 bytes) goes to the weight rings, from kStageOffset;
-  // otherwise to the X ring.
-  static constexpr int kStageOffset = kWOffset + (8 * kTok + 127) / 128 * 128;
+  static constexpr int kBarBytes = (kWarps * kDWS + 2 * kXSlots) * 8;
+  // The epilogue's operands, copied (cp.async) when the CTA starts so that their loads are not on the path from the
+  // main loop's end to the stores: per token s_x (float) and the row sum (int32, qoq-c); per channel of the CTA's 128
+  // the bias (float), the fp16 scale and the qoq-c zero (byte).
+  static constexpr int kOpOffset = (kBarOffset + kBarBytes + 15) / 16 * 16;
+  static constexpr int kOpSx = kOpOffset, kOpRsum = kOpSx + 4 * kTok, kOpBias = kOpRsum + 4 * kTok;
+  static constexpr int kOpScale = kOpBias + 4 * kCtaChannels, kOpZero = kOpScale + 2 * kCtaChannels;
+  static constexpr int kSmemBytes = kOpZero + kCtaChannels;
+  // In a split-K cluster the X ring holds the CTA's int32 partial ([chunk][thread] int4, kTok x 512 bytes), which the
+  // cluster's other CTAs read, so each warp's output staging (kTok x 32 bytes) goes to the weight rings; otherwise to
+  // the X ring.
+  static constexpr int kStageOffset = kWOffset;
   static_assert(kStageOffset + kWarps * kTok * 32 <= kBarOffset, "the output staging fits in the weight rings");
   static_assert(kTok * 512 <= kWOffset, "the CTA's partial fits in the X ring");
   static constexpr int kMinBlocks = kTok >= 256 ? 1 : 2;
   static_assert(kXSlots % kWT == 0 && kXSlots % 2 == 0,
                 "the main loop is unrolled over a lap of the X ring: whole runs");
   static_assert(kXBytes % 256 == 0 && kWRunBytes % 256 == 0, "slots stay 256-byte aligned");
+  static_assert(kMinBlocks * (kSmemBytes + 1024) <= 228 * 1024, "kMinBlocks CTAs fit an SM's shared memory");
 };
 
 template <int kTok>
@@ -164,6 +174,10 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, int byte
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
+// Brings a tensor map's descriptor (kernel parameter space) into the TMA unit's cache.
+__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
 // Orders this thread's earlier generic-proxy accesses of shared memory (and, after a barrier, the CTA's) before its
 // later async-proxy ones (bulk copies overwriting a slot that was read by loads).
 __device__ __forceinline__ void fence_proxy_async() {
@@ -206,40 +220,67 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t a, uint32_t
 }
 
 // ---- The epilogue -------------------------------------------------------------------------------------------------
-// Output (token, channel) = fp32(acc - z * row_sum) * (s_x * s) + bias, the mma kernel's arithmetic (w4a8_kernel.cuh),
-// with the operands loaded before any store (read between the stores, each load is ordered after the stores before it:
-// Y may alias them as far as the compiler knows). The per-token operands of the CTA's kTok tokens go through shared
-// memory, staged by the whole CTA after its last read of the staging buffers; the per-channel ones sit in
-// registers. (The mma kernel keeps its loads in the store loop: staging there measured ~10% slower at M = 64-128.)
+// Output (token, channel) = fp32(acc - z * row_sum) * (s_x * s) + bias, the mma kernel's arithmetic (w4a8_kernel.cuh).
+// Its operands are copied into their own shared memory (WgConfig::kOp*) by every thread when the CTA starts, 4-byte
+// cp.async for the caller's arrays (s_x, row sums, bias: 4-byte aligned), 16-byte for the packed scales and zeros;
+// rows past M repeat row M - 1 (never stored), channels past N (bias) and past the padded N (scales, zeros) read as 0.
+// Until session 23 the epilogue loaded them after the main loop: two dependent global round trips (s_x staged through
+// shared memory with two barriers, then the channel operands) between the last wgmma and the first store.
+template <int kTok, bool kGroup>
+__device__ __forceinline__ void copy_epilogue_operands(const KernelParams& p, int tok0, int nb0, uint32_t smem_base) {
+  using C = WgConfig<kTok>;
+  const int ch0 = nb0 * kTileN;
+  constexpr int kScaleChunks = kCtaChannels * 2 / 16, kZeroChunks = kGroup ? 0 : kCtaChannels / 16;
+  constexpr int kTokItems = kGroup ? kTok : 2 * kTok;
+  for (int i = threadIdx.x; i < kTokItems + kCtaChannels + kScaleChunks + kZeroChunks; i += kThreads) {
+    if (i < kTokItems) {
+      const int tt = i % kTok, tok = min(tok0 + tt, p.m - 1);
+      const bool rs = i >= kTok;
+      cp_async_ca_zfill<4>(smem_base + (rs ? C::kOpRsum : C::kOpSx) + tt * 4,
+                           rs ? static_cast<const void*>(p.row_sum + tok) : static_cast<const void*>(p.sx + tok), true);
+    } else if (i < kTokItems + kCtaChannels) {
+      const int c = i - kTokItems, ch = ch0 + c;
+      const bool ok = p.bias != nullptr && ch < p.n;
+      cp_async_ca_zfill<4>(smem_base + C::kOpBias + c * 4, ok ? p.bias + ch : p.sx, ok);
+    } else if (i < kTokItems + kCtaChannels + kScaleChunks) {
+      const int c = (i - kTokItems - kCtaChannels) * 8;  // 8 fp16 scales per chunk
+      const bool ok = ch0 + c < p.n_pad;
+      cp_async_ca_zfill<16>(smem_base + C::kOpScale + c * 2, ok ? p.scales + ch0 + c : p.scales, ok);
+    } else {
+      const int c = (i - kTokItems - kCtaChannels - kScaleChunks) * 16;  // 16 zero bytes per chunk
+      const bool ok = ch0 + c < p.n_pad;
+      cp_async_ca_zfill<16>(smem_base + C::kOpZero + c, ok ? p.zeros + ch0 + c : p.zeros, ok);
+    }
+  }
+  cp_async_commit();
+}
+
+// The per-token operands in shared memory; constructing it waits for the CTA's operand copies (one barrier).
 template <int kTok, bool kGroup>
 struct TokenOperands {
-  const float* sx;      // [kTok], shared memory
-  const int32_t* rsum;  // [kTok], shared memory (qoq-c)
+  const float* sx;      // [kTok]
+  const int32_t* rsum;  // [kTok] (qoq-c)
 
-  // Every thread of the CTA calls this (two barriers), after its last use of smem's first 8 * kTok bytes.
-  __device__ __forceinline__ TokenOperands(const KernelParams& p, int tok0, uint8_t* smem) {
-    float* sx_s = reinterpret_cast<float*>(smem);
-    int32_t* rs_s = reinterpret_cast<int32_t*>(smem + kTok * 4);
+  // Every thread of the CTA calls this.
+  __device__ __forceinline__ explicit TokenOperands(uint8_t* smem) {
+    using C = WgConfig<kTok>;
+    cp_async_wait<0>();
     __syncthreads();
-    for (int i = threadIdx.x; i < kTok; i += blockDim.x) {
-      const int tok = min(tok0 + i, p.m - 1);  // rows past M: never stored
-      sx_s[i] = p.sx[tok];
-      if constexpr (!kGroup) rs_s[i] = p.row_sum[tok];
-    }
-    __syncthreads();
-    sx = sx_s;
-    rsum = rs_s;
+    sx = reinterpret_cast<const float*>(smem + C::kOpSx);
+    rsum = reinterpret_cast<const int32_t*>(smem + C::kOpRsum);
   }
 };
 
 struct ChannelOperands {
   float s_w = 0.0f, bias = 0.0f;
   int z = 0;
-  __device__ __forceinline__ void load(const KernelParams& p, int ch, bool group) {
-    if (ch >= p.n) return;
-    s_w = __half2float(__ushort_as_half(p.scales[ch]));
-    bias = p.bias ? p.bias[ch] : 0.0f;
-    z = group ? 0 : p.zeros[ch];
+  // Channel c (0..127) of the CTA, from the operands copied to shared memory.
+  template <int kTok, bool kGroup>
+  __device__ __forceinline__ void load(const uint8_t* smem, int c) {
+    using C = WgConfig<kTok>;
+    s_w = __half2float(*reinterpret_cast<const __half*>(smem + C::kOpScale + 2 * c));
+    bias = *reinterpret_cast<const float*>(smem + C::kOpBias + 4 * c);
+    if constexpr (!kGroup) z = smem[C::kOpZero + c];
   }
 };
 
@@ -284,6 +325,9 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   const int rows = (p.m + kTok - 1) / kTok;
   const int col = blockIdx.x / rows, row_tile = blockIdx.x % rows;
   const int nb0 = col * kCtaBlocks, tok0 = row_tile * kTok;
+  const bool x_tail = row_tile == rows - 1 && p.m % kTok != 0;
+  // The X tensor map's descriptor, fetched now so that the first X copy does not wait for it.
+  if (tid == 0) prefetch_tensormap(x_tail ? &xmap_tail : &xmap);
   const int kt_begin = blockIdx.z * p.kt_per_split;
   const int n_kt = min(p.k_tiles, kt_begin + p.kt_per_split) - kt_begin;
   const int n_runs = (n_kt + C::kWT - 1) / C::kWT;
@@ -308,18 +352,6 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   const uint32_t w_full = smem_base + C::kBarOffset + warp * C::kDWS * 8;  // [kDWS], this warp's
   const uint32_t x_full = smem_base + C::kBarOffset + kWarps * C::kDWS * 8;
   const uint32_t x_empty = x_full + C::kXSlots * 8;
-  if (lane == 0) {
-    for (int i = 0; i < C::kDWS; ++i) mbar_init(w_full + i * 8, 1);
-    if (warp == 0) {
-      for (int i = 0; i < C::kXSlots; ++i) {
-        mbar_init(x_full + i * 8, 1);
-        mbar_init(x_empty + i * 8, 2);  // one arrival per warpgroup
-      }
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-
   // Run `run` of this warp's block into ring slot `slot` (lane 0).
   auto load_w = [&](int run, int slot) {
     const uint32_t st = w_ring + uint32_t(slot) * C::kWRunBytes, bar = w_full + uint32_t(slot) * 8;
@@ -336,7 +368,6 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   // last token tile of an M that is not a multiple of kTok takes a box of its M % kTok rows (xmap_tail): boxes
   // reaching past M (zero-filled by the TMA) made a call up to 10% slower (wg256 at M = 192, session 22). The slot's
   // rows past M then keep stale bytes, whose products land in accumulator rows that are never stored.
-  const bool x_tail = row_tile == rows - 1 && p.m % kTok != 0;
   const CUtensorMap* x_map = x_tail ? &xmap_tail : &xmap;
   const int x_bytes = x_tail ? (p.m % kTok) * kTileK : C::kXBytes;
   auto load_x = [&](int j) {
@@ -346,15 +377,31 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
     w8a8::tma_load_2d(smem_base + uint32_t(j % C::kXSlots) * C::kXBytes, x_map, kt * kTileK, tok0, bar);
   };
 
+  // Each lane 0 initializes its warp's barriers (warp 0's the X ring's too) and at once requests what they guard, X
+  // first (its tensor map was prefetched at entry): the other threads wait on a barrier only after the block barrier
+  // below, which orders the initialization before their waits. (Until session 23 the requests came after that
+  // barrier; the first X tile then arrived ~1.3 µs after the first weights.) Then every thread requests its share of
+  // the epilogue's operands.
+  if (lane == 0) {
+    for (int i = 0; i < C::kDWS; ++i) mbar_init(w_full + i * 8, 1);
+    if (warp == 0) {
+      for (int i = 0; i < C::kXSlots; ++i) {
+        mbar_init(x_full + i * 8, 1);
+        mbar_init(x_empty + i * 8, 2);  // one arrival per warpgroup
+      }
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    if (warp == 0)
+      for (int j = 0; j < C::kXSlots && j < n_kt; ++j) load_x(j);
+    for (int r = 0; r < C::kDWS && r < n_runs; ++r) load_w(r, r);
+  }
+  tl_stamp(2, tid == 0);
+  copy_epilogue_operands<kTok, kGroup>(p, tok0, nb0, smem_base);
+  __syncthreads();
+
   uint32_t d[kTok / 2];
 #pragma unroll
   for (int i = 0; i < kTok / 2; ++i) d[i] = 0;
-
-  if (lane == 0)
-    for (int r = 0; r < C::kDWS && r < n_runs; ++r) load_w(r, r);
-  tl_stamp(2, tid == 0);
-  if (tid == 0)
-    for (int j = 0; j < C::kXSlots && j < n_kt; ++j) load_x(j);
 
   // A run's shared-memory addresses for this lane, computed once per run: its codes in ring slot `slot` and the
   // group-meta word of each of its tiles' first k-step (group 32: k-step 1's is the next group's, kMetaBytes on).
@@ -422,7 +469,9 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
       fence_operands(d);
       // Tile j - 1 has left this warpgroup's tensor pipe: release its slot; thread 0 refills it once both have.
       // (Measured: the second warpgroup to release a slot refilling it, by a shared-memory atomic instead of the
-      // wait, was 1-12% slower: the atomic's acquire-release compiles to MEMBAR.ALL.CTA.)
+      // wait, was 1-12% slower: the atomic's acquire-release compiles to MEMBAR.ALL.CTA. Session 23: the two
+      // warpgroups' first threads refilling alternate slots was 2-6% slower: the warpgroups then wait on each other in
+      // lockstep, while with one producer the other warpgroup runs ahead; docs/int8_w4a8.md.)
       if (j >= 1) {
         const int prev = (u + C::kXSlots - 1) % C::kXSlots;  // tile j - 1's slot
         if ((tid & 127) == 0) mbar_arrive(x_empty + prev * 8);
@@ -452,6 +501,7 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   }
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
   fence_operands(d);
+  cp_async_wait<0>();  // the epilogue operands (landed long ago; no thread leaves with a copy in flight)
   tl_stamp(5, tid == 0);
   tl_stamp(6, tid == 128);
 
@@ -524,11 +574,11 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
 
   // Epilogue: the mma kernel's arithmetic (w4a8_kernel.cuh), so the same output bits. The per-token operands go
   // through shared memory (the weight rings); the per-channel ones sit in registers.
-  const TokenOperands<kTok, kGroup> top(p, tok0, smem + C::kWOffset);
-  const int ch0 = (nb0 + warp) * kTileN + g;
+  const TokenOperands<kTok, kGroup> top(smem);
   ChannelOperands cop[2];
-  cop[0].load(p, ch0, kGroup);
-  cop[1].load(p, ch0 + 8, kGroup);
+  cop[0].load<kTok, kGroup>(smem, warp * kTileN + g);
+  cop[1].load<kTok, kGroup>(smem, warp * kTileN + g + 8);
+  const int ch0 = (nb0 + warp) * kTileN + g;
   auto value = [&](int j, int h, int e) {
     const int tt = 8 * j + 2 * t + e;  // token in the tile
     return output_value<kGroup>(int32_t(d[4 * j + 2 * h + e]), top.sx[tt], kGroup ? 0 : top.rsum[tt], cop[h]);
