@@ -174,10 +174,6 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, int byte
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
-// Brings a tensor map's descriptor (kernel parameter space) into the TMA unit's cache.
-__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
 // Orders this thread's earlier generic-proxy accesses of shared memory (and, after a barrier, the CTA's) before its
 // later async-proxy ones (bulk copies overwriting a slot that was read by loads).
 __device__ __forceinline__ void fence_proxy_async() {
@@ -327,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   const int nb0 = col * kCtaBlocks, tok0 = row_tile * kTok;
   const bool x_tail = row_tile == rows - 1 && p.m % kTok != 0;
   // The X tensor map's descriptor, fetched now so that the first X copy does not wait for it.
-  if (tid == 0) prefetch_tensormap(x_tail ? &xmap_tail : &xmap);
+  if (tid == 0) w8a8::prefetch_tensormap(x_tail ? &xmap_tail : &xmap);
   const int kt_begin = blockIdx.z * p.kt_per_split;
   const int n_kt = min(p.k_tiles, kt_begin + p.kt_per_split) - kt_begin;
   const int n_runs = (n_kt + C::kWT - 1) / C::kWT;
@@ -377,11 +373,12 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
     w8a8::tma_load_2d(smem_base + uint32_t(j % C::kXSlots) * C::kXBytes, x_map, kt * kTileK, tok0, bar);
   };
 
-  // Each lane 0 initializes its warp's barriers (warp 0's the X ring's too) and at once requests what they guard, X
-  // first (its tensor map was prefetched at entry): the other threads wait on a barrier only after the block barrier
-  // below, which orders the initialization before their waits. (Until session 23 the requests came after that
-  // barrier; the first X tile then arrived ~1.3 µs after the first weights.) Then every thread requests its share of
-  // the epilogue's operands.
+  // Each lane 0 initializes its warp's barriers (warp 0's the X ring's too) and at once requests what they guard: the
+  // first X tile (its tensor map was prefetched at entry), the warp's weight runs, then X tiles 1.. . The other
+  // threads wait on a barrier only after the block barrier below, which orders the initialization before their waits.
+  // (Until session 23 the requests came after that barrier; the first X tile then arrived ~0.8 µs after the first
+  // weights.) After the barrier every thread requests its share of the epilogue's operands, while the first tiles are
+  // in flight.
   if (lane == 0) {
     for (int i = 0; i < C::kDWS; ++i) mbar_init(w_full + i * 8, 1);
     if (warp == 0) {
@@ -391,13 +388,14 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
       }
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    if (warp == 0)
-      for (int j = 0; j < C::kXSlots && j < n_kt; ++j) load_x(j);
+    if (warp == 0 && n_kt > 0) load_x(0);
     for (int r = 0; r < C::kDWS && r < n_runs; ++r) load_w(r, r);
+    if (warp == 0)
+      for (int j = 1; j < C::kXSlots && j < n_kt; ++j) load_x(j);
   }
   tl_stamp(2, tid == 0);
-  copy_epilogue_operands<kTok, kGroup>(p, tok0, nb0, smem_base);
   __syncthreads();
+  copy_epilogue_operands<kTok, kGroup>(p, tok0, nb0, smem_base);
 
   uint32_t d[kTok / 2];
 #pragma unroll
