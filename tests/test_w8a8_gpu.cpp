@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpu_util.h"
+#include "int8gemm/w8a8_wgmma.h"
 #include "qdec/act_quant.h"
 #include "qdec/formats.h"
 #include "qdec/int8_quant.h"
@@ -511,6 +512,33 @@ TEST(W8A8Errors, BadInputsLaunchNothing) {
   std::vector<uint32_t> y(dy.bytes() / 4);
   QDEC_CUDA_CHECK(cudaMemcpy(y.data(), dy.get(), dy.bytes(), cudaMemcpyDeviceToHost));
   for (uint32_t v : y) ASSERT_EQ(v, 0xFFFFFFFFu) << "a rejected call wrote its output";
+}
+
+// The error path of the tensor-map helper both wgmma GEMMs (W8A8, W4A8) use: the driver's rejection comes back as a
+// kCudaError naming the operand, its [rows, K] and row stride. The GEMM entry points validate alignment and strides
+// first, so only a direct call reaches it.
+TEST(W8A8Wgmma, TensorMapErrorNamesTheOperand) {
+  QDEC_SKIP_WITHOUT_GPU();
+  int dev = 0, major = 0;
+  QDEC_CUDA_CHECK(cudaGetDevice(&dev));
+  QDEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major < 9) GTEST_SKIP() << "tensor maps need an sm_90 device (compute capability " << major << ")";
+  DeviceBuffer buf(1 << 20);
+  const auto* base = buf.as<const int8_t>();
+  CUtensorMap map{};
+  // The arguments the W4A8 kernel passes: boxes of 64 rows x 64 bytes in the 64-byte swizzle.
+  Status s = w8a8::int8_tensor_map(&map, base, 64, 256, 256, 64, 64, CU_TENSOR_MAP_SWIZZLE_64B, "probe x");
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  // A row stride that is not a multiple of 16 bytes.
+  s = w8a8::int8_tensor_map(&map, base, 64, 256, 264, 64, 64, CU_TENSOR_MAP_SWIZZLE_64B, "probe x");
+  EXPECT_EQ(s.code(), StatusCode::kCudaError) << s.to_string();
+  EXPECT_NE(s.to_string().find("cuTensorMapEncodeTiled(probe x, [64, 256], ld 264)"), std::string::npos)
+      << s.to_string();
+  // A box of more than 256 rows.
+  s = w8a8::int8_tensor_map(&map, base, 512, 256, 256, 64, 300, CU_TENSOR_MAP_SWIZZLE_64B, "probe w");
+  EXPECT_EQ(s.code(), StatusCode::kCudaError) << s.to_string();
+  EXPECT_NE(s.to_string().find("cuTensorMapEncodeTiled(probe w, [512, 256], ld 256)"), std::string::npos)
+      << s.to_string();
 }
 
 }  // namespace
