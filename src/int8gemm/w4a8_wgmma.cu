@@ -376,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   // Each lane 0 initializes its warp's barriers (warp 0's the X ring's too) and at once requests what they guard: the
   // first X tile (its tensor map was prefetched at entry), the warp's weight runs, then X tiles 1.. . The other
   // threads wait on a barrier only after the block barrier below, which orders the initialization before their waits.
-  // (Until session 23 the requests came after that barrier; the first X tile then arrived ~0.8 µs after the first
+  // (Until session 23 the requests came after that barrier; the first X tile then arrived 0.8-1.3 µs after the first
   // weights.) After the barrier every thread requests its share of the epilogue's operands, while the first tiles are
   // in flight.
   if (lane == 0) {
@@ -570,8 +570,8 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
     if (tid == 0) p.tickets[ticket] = 0;
   }
 
-  // Epilogue: the mma kernel's arithmetic (w4a8_kernel.cuh), so the same output bits. The per-token operands go
-  // through shared memory (the weight rings); the per-channel ones sit in registers.
+  // Epilogue: the mma kernel's arithmetic (w4a8_kernel.cuh), so the same output bits, on the operands copied to shared
+  // memory at the start (the per-channel ones then read into registers).
   const TokenOperands<kTok, kGroup> top(smem);
   ChannelOperands cop[2];
   cop[0].load<kTok, kGroup>(smem, warp * kTileN + g);
