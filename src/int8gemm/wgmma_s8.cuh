@@ -1,7 +1,7 @@
 // The int8 warpgroup MMA of sm_90a used by src/int8gemm/w8a8_wgmma.cu, src/int8gemm/w4a8_wgmma.cu (and
 // bench/wgmma_probe.cu): shared-memory descriptors of K-major tiles (128- or 64-byte swizzle, or none), the TMA's 2-D
-// box load, and wgmma.m64nNk32.s32.s8.s8 with B from shared memory and A from shared memory (SS, N = 128, 256) or
-// registers (RS, N = 64, 128, 256). Compile the callers for sm_90a only.
+// box load and its mbarriers, and wgmma.m64nNk32.s32.s8.s8 with B from shared memory and A from shared memory (SS, N =
+// 128, 256) or registers (RS, N = 64, 128, 256). Compile the callers for sm_90a only.
 #pragma once
 
 #include <cuda.h>
@@ -85,6 +85,29 @@ __device__ __forceinline__ uint64_t sw64_desc(uint32_t addr) {
 // the W4A8 kernel's first X tile then followed its first weights by 0.25-0.5 µs instead of 0.8-1.3).
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+// mbarriers in shared memory (addresses from __cvta_generic_to_shared): the TMA copies complete on them.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+// One arrival that also expects `bytes` of copy traffic before the phase completes.
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Spins until the barrier's phase of the given parity has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
 }
 // A 2-D box of the tensor map at (c0 = K byte, c1 = row) into shared memory, completing on `bar`.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
