@@ -309,10 +309,11 @@ TEST(W4A8Gpu, WgmmaBitwiseAsMma) {
   QDEC_TEST_RNG(rng);
   int i = 0;
   for (int gs : {128, 32, 0})
-    // The last shape's grids exceed the SM count (wg64: 33 columns x 5 token tiles): the programmatic launch then
-    // keeps the configuration's shared memory; the others' grids fit one CTA per SM (the one-CTA reservation).
+    // The last shape's wg64 and wg128 grids exceed the SM count (45 columns x 5 / 3 token tiles, 132 SMs): CTAs then
+    // share the SMs and each CTA one X ring; the others' grids fit one CTA per SM (the one-CTA reservation), whose
+    // warpgroups stream X through a ring each.
     for (const Case& c0 : {Case{gs, 64, 1000, 1024}, Case{gs, 100, 257, 384}, Case{gs, 256, 520, 2048},
-                           Case{gs, 300, 130, 640}, Case{gs, 1, 33, 384}, Case{gs, 300, 4100, 512}})
+                           Case{gs, 300, 130, 640}, Case{gs, 1, 33, 384}, Case{gs, 300, 5700, 512}})
       for (W4A8Path path : {W4A8Path::kWgmma64, W4A8Path::kWgmma128, W4A8Path::kWgmma256}) {
         Case ref = c0, wg = c0;
         ref.bias = wg.bias = true;

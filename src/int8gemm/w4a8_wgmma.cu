@@ -17,8 +17,10 @@
 // - CTA = 2 warpgroups = 128 channels (8 blocks) x kTok tokens. Copies by the TMA engine (cp.async.bulk) on
 //   mbarriers, no block barrier in the loop: each warp streams its own weight block through its own ring (runs of
 //   kWT tiles, kDWS runs deep); X, read by both warpgroups, through a ring of kXSlots tiles with full and empty
-//   barriers. Per tile a warpgroup waits for its X, issues its two wgmma, waits for the previous tile's (one group
-//   stays queued in the tensor pipe), releases that tile's X slot and dequantizes the next tile.
+//   barriers, or, where the grid has at most one CTA per SM, through one ring of kXSlots / 2 tiles per warpgroup
+//   (kOwnX: no empty barriers, and the warpgroups never wait on each other; session 24). Per tile a warpgroup waits
+//   for its X, issues its two wgmma, waits for the previous tile's (one group stays queued in the tensor pipe),
+//   releases (or, kOwnX, refills) that tile's X slot and dequantizes the next tile.
 // - Measured on the H200 and replaced (docs/int8_w4a8.md, "How it got there" and session 13): X gathered by 4-byte
 //   cp.async into shared memory (L1 82% busy); per-thread 16-byte cp.async for W and X at any ring depth (the
 //   weights streamed at ~1.3-1.7 TB/s); a producer warp (lost occupancy); one block barrier per tile (146 warp
@@ -50,7 +52,8 @@ namespace {
 
 // A grid of at most one CTA per SM takes kOneCtaSmemBytes of shared memory, so that two CTAs never share an SM. It
 // came with session 20's programmatic launch behind the permute kernel (whose early CTAs otherwise paired up on the
-// SMs that kernel left first); the split planner's cluster capacities were measured with it, so it stays.
+// SMs that kernel left first); the split planner's cluster capacities were measured with it, so it stays, and since
+// session 24 the wg64 / wg128 grids that fit the SMs give each warpgroup its own X ring, which wants the SM alone.
 // QDEC_W4A8_WGMMA_CLUSTER (build knob, 1; 0 for A/B variant builds): a split-K grid of 2 to kMaxClusterSplits splits
 // is launched as clusters of its splits, which add their partials through distributed shared memory instead of the
 // workspace and a ticket (docs/int8_w4a8.md, session 21), where the clusters fit the SMs in as few rounds as the CTAs.
@@ -107,7 +110,8 @@ struct WgConfig {
   static constexpr int kDWS = kTok == 128 ? 2 : 4;  // wg128: two CTAs per SM in 227 KB with the X ring
   static constexpr int kWWarpBytes = kDWS * kWRunBytes;
   // X: kXSlots tiles shared by both warpgroups (full and empty mbarriers per slot): tile j in the tensor pipe, up to
-  // j + kXSlots - 1 in flight behind it.
+  // j + kXSlots - 1 in flight behind it. With kOwnX (the kernel's parameter) the same slots and full barriers form
+  // two rings of kXSlots / 2, one per warpgroup, and the empty barriers go unused.
   static constexpr int kXSlots = 8;
   static constexpr int kWOffset = kXSlots * kXBytes;
   static constexpr int kBarOffset = kWOffset + kWarps * kWWarpBytes;
@@ -292,8 +296,9 @@ __device__ __forceinline__ uint32_t pack_y2(float lo, float hi, bool fp16) {
 }
 
 // grid: x = column * rows + token tile (the token tiles of one column run together, so the second reads the
-// weights from L2), z = K splits.
-template <int kTok, bool kGroup>
+// weights from L2), z = K splits. kOwnX: each warpgroup streams X through its own ring (launch() takes it where the
+// grid fits the SMs).
+template <int kTok, bool kGroup, bool kOwnX>
 __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
     w4a8_wgmma_kernel(const __grid_constant__ KernelParams p, const __grid_constant__ CUtensorMap xmap,
                       const __grid_constant__ CUtensorMap xmap_tail) {
@@ -336,6 +341,11 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
   const uint32_t w_full = smem_base + C::kBarOffset + warp * C::kDWS * 8;  // [kDWS], this warp's
   const uint32_t x_full = smem_base + C::kBarOffset + kWarps * C::kDWS * 8;
   const uint32_t x_empty = x_full + C::kXSlots * 8;
+  // The warpgroup's X ring: kXR slots from x_ring, their full barriers from x_full_wg (kOwnX: warpgroup w's half).
+  constexpr int kXR = kOwnX ? C::kXSlots / 2 : C::kXSlots;
+  const int wg = warp >> 2;
+  const uint32_t x_ring = smem_base + (kOwnX ? uint32_t(wg * kXR * C::kXBytes) : 0u);
+  const uint32_t x_full_wg = x_full + (kOwnX ? uint32_t(wg * kXR * 8) : 0u);
   // Run `run` of this warp's block into ring slot `slot` (lane 0).
   auto load_w = [&](int run, int slot) {
     const uint32_t st = w_ring + uint32_t(slot) * C::kWRunBytes, bar = w_full + uint32_t(slot) * 8;
@@ -348,38 +358,40 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
     if constexpr (kGroup)
       bulk_g2s(st + C::kWT * kTileBytes, m_src + size_t(first_group(run)) * kMetaBytes, mbytes, bar);
   };
-  // Tile j of the split into X slot j % kXSlots (thread 0): K kt * 64 .. + 63 of tokens tok0 .. tok0 + kTok - 1. The
-  // last token tile of an M that is not a multiple of kTok takes a box of its M % kTok rows (xmap_tail): boxes
-  // reaching past M (zero-filled by the TMA) made a call up to 10% slower (wg256 at M = 192, session 22). The slot's
-  // rows past M then keep stale bytes, whose products land in accumulator rows that are never stored.
+  // Tile j of the split into slot j % kXR of the ring (thread 0; kOwnX: each warpgroup's first thread, its own ring):
+  // K kt * 64 .. + 63 of tokens tok0 .. tok0 + kTok - 1. The last token tile of an M that is not a multiple of kTok
+  // takes a box of its M % kTok rows (xmap_tail): boxes reaching past M (zero-filled by the TMA) made a call up to 10%
+  // slower (wg256 at M = 192, session 22). The slot's rows past M then keep stale bytes, whose products land in
+  // accumulator rows that are never stored.
   const CUtensorMap* x_map = x_tail ? &xmap_tail : &xmap;
   const int x_bytes = x_tail ? (p.m % kTok) * kTileK : C::kXBytes;
   auto load_x = [&](int j) {
-    const uint32_t bar = x_full + uint32_t(j % C::kXSlots) * 8;
+    const uint32_t bar = x_full_wg + uint32_t(j % kXR) * 8;
     const int kt = kt_begin + phys(j / C::kWT) * C::kWT + j % C::kWT;
     mbar_expect_tx(bar, x_bytes);
-    w8a8::tma_load_2d(smem_base + uint32_t(j % C::kXSlots) * C::kXBytes, x_map, kt * kTileK, tok0, bar);
+    w8a8::tma_load_2d(x_ring + uint32_t(j % kXR) * C::kXBytes, x_map, kt * kTileK, tok0, bar);
   };
 
-  // Each lane 0 initializes its warp's barriers (warp 0's the X ring's too) and at once requests what they guard: the
-  // first X tile (its tensor map was prefetched at entry), the warp's weight runs, then X tiles 1.. . The other
-  // threads wait on a barrier only after the block barrier below, which orders the initialization before their waits.
-  // (Until session 23 the requests came after that barrier; the first X tile then arrived 0.8-1.3 µs after the first
-  // weights.) After the barrier every thread requests its share of the epilogue's operands, while the first tiles are
-  // in flight.
+  // Each lane 0 initializes its warp's barriers (the X producer's, warp 0 or kOwnX the first warp of each warpgroup,
+  // its ring's too) and at once requests what they guard: the first X tile (its tensor map was prefetched at entry),
+  // the warp's weight runs, then X tiles 1.. . The other threads wait on a barrier only after the block barrier below,
+  // which orders the initialization before their waits. (Until session 23 the requests came after that barrier; the
+  // first X tile then arrived 0.8-1.3 µs after the first weights.) After the barrier every thread requests its share
+  // of the epilogue's operands, while the first tiles are in flight.
   if (lane == 0) {
     for (int i = 0; i < C::kDWS; ++i) mbar_init(w_full + i * 8, 1);
-    if (warp == 0) {
-      for (int i = 0; i < C::kXSlots; ++i) {
-        mbar_init(x_full + i * 8, 1);
-        mbar_init(x_empty + i * 8, 2);  // one arrival per warpgroup
+    const bool x_producer = kOwnX ? warp % 4 == 0 : warp == 0;
+    if (x_producer) {
+      for (int i = 0; i < kXR; ++i) {
+        mbar_init(x_full_wg + i * 8, 1);
+        if (!kOwnX) mbar_init(x_empty + i * 8, 2);  // one arrival per warpgroup
       }
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    if (warp == 0 && n_kt > 0) load_x(0);
+    if (x_producer && n_kt > 0) load_x(0);
     for (int r = 0; r < C::kDWS && r < n_runs; ++r) load_w(r, r);
-    if (warp == 0)
-      for (int j = 1; j < C::kXSlots && j < n_kt; ++j) load_x(j);
+    if (x_producer)
+      for (int j = 1; j < kXR && j < n_kt; ++j) load_x(j);
   }
   tl_stamp(2, tid == 0);
   __syncthreads();
@@ -421,44 +433,56 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
       tile_fragments<kGroup>(w, 0, 0, a);
     }
   };
-  // Issues (does not wait for) the tile's two k-steps from X slot u: K bytes 32s .. 32s + 31 of the 64-byte rows.
-  const uint64_t desc0 = w8a8::sw64_desc(smem_base);
-  auto mma_tile = [&](int u, const uint32_t(&a)[2][4]) {
+  // Issues (does not wait for) the tile's two k-steps from slot x of the ring: K bytes 32s .. 32s + 31 of the 64-byte
+  // rows.
+  const uint64_t desc0 = w8a8::sw64_desc(x_ring);
+  auto mma_tile = [&](int x, const uint32_t(&a)[2][4]) {
     fence_operands(d);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    wgmma_rs<kTok>(d, a[0], desc0 + uint64_t((u * C::kXBytes) >> 4));
-    wgmma_rs<kTok>(d, a[1], desc0 + uint64_t((u * C::kXBytes + 32) >> 4));
+    wgmma_rs<kTok>(d, a[0], desc0 + uint64_t((x * C::kXBytes) >> 4));
+    wgmma_rs<kTok>(d, a[1], desc0 + uint64_t((x * C::kXBytes + 32) >> 4));
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   };
 
   // Per tile j: wait for its X, issue its wgmma, wait for tile j - 1's (so one stays queued in the tensor pipe while
-  // this warpgroup works), release j - 1's X slot, and dequantize tile j + 1 into the A registers j - 1 used. Two A
-  // register sets in turn (a wgmma reads its A registers until it completes); the loop is unrolled over a lap of the
-  // X ring (kXSlots tiles, whole weight runs), so every X slot, barrier and register set is fixed in the code.
-  uint32_t a0[2][4], a1[2][4];
+  // this warpgroup works), release (kOwnX: refill) j - 1's X slot, and dequantize tile j + 1 into the A registers
+  // j - 1 used. Two A register sets in turn (a wgmma reads its A registers until it completes); the loop is unrolled
+  // over kXSlots tiles (whole weight runs, whole laps of either ring), so every X slot, barrier and register set is
+  // fixed in the code.
+  uint32_t a[2][2][4];
   RunAddr ra = run_addr(0, 0);
   if (n_kt > 0) {
     mbar_wait(w_full, 0);
     tl_stamp(3, tid == 0);
-    dequant_tile(ra, 0, a0);
+    dequant_tile(ra, 0, a[0]);
   }
-  int wslot = 0;  // the current run's ring slot
+  int wslot = 0;  // the ring slot of the run of the next tile to dequantize
   for (int lap = 0; lap * C::kXSlots < n_kt; ++lap) {
 #pragma unroll
     for (int u = 0; u < C::kXSlots; ++u) {
-      const int j = lap * C::kXSlots + u, pos = u % C::kWT, run = j / C::kWT;
+      const int j = lap * C::kXSlots + u;
       if (j >= n_kt) break;
-      mbar_wait(x_full + u * 8, lap & 1);
+      const int x = u % kXR;  // tile j's slot in the warpgroup's ring; its pass over the ring is j / kXR
+      mbar_wait(x_full_wg + x * 8, (kOwnX ? 2 * lap + u / kXR : lap) & 1);
       tl_stamp(4, tid == 0 && j == 0);
-      mma_tile(u, (u & 1) ? a1 : a0);
+      mma_tile(x, a[u & 1]);
       asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
       fence_operands(d);
-      // Tile j - 1 has left this warpgroup's tensor pipe: release its slot; thread 0 refills it once both have.
-      // (Measured: the second warpgroup to release a slot refilling it, by a shared-memory atomic instead of the
-      // wait, was 1-12% slower: the atomic's acquire-release compiles to MEMBAR.ALL.CTA. Session 23: the two
-      // warpgroups' first threads refilling alternate slots was 2-6% slower: the warpgroups then wait on each other in
-      // lockstep, while with one producer the other warpgroup runs ahead; docs/int8_w4a8.md.)
-      if (j >= 1) {
+      // Tile j - 1 has left this warpgroup's tensor pipe. kOwnX: the warpgroup's first thread refills its slot at
+      // once. Shared ring: release the slot; thread 0 refills it once both warpgroups have. (Measured: the second
+      // warpgroup to release a slot refilling it, by a shared-memory atomic instead of the wait, was 1-12% slower: the
+      // atomic's acquire-release compiles to MEMBAR.ALL.CTA. Session 23: the two warpgroups' first threads refilling
+      // alternate slots was 2-6% slower: the warpgroups then wait on each other in lockstep, while with one producer
+      // the other warpgroup runs ahead; docs/int8_w4a8.md. Session 24: rings of their own, which double X's reads
+      // from L2, were up to 9% faster where a CTA has its SM alone, up to 47% slower where two CTAs share one or at
+      // wg256.)
+      if constexpr (kOwnX) {
+        // One predicate, one branch (bitwise &). The refill as nested branches, on the path of the warp that also
+        // issues the warpgroup's wgmma, and the dequantization below called in each branch of the run change, took
+        // the own rings' gain away (3.5% over the cells that take this kernel, H200, session 24).
+        const bool refill = ((tid & 127) == 0) & (j >= 1) & (j - 1 + kXR < n_kt);
+        if (refill) load_x(j - 1 + kXR);
+      } else if (j >= 1) {
         const int prev = (u + C::kXSlots - 1) % C::kXSlots;  // tile j - 1's slot
         if ((tid & 127) == 0) mbar_arrive(x_empty + prev * 8);
         if (tid == 0 && j + C::kXSlots - 1 < n_kt) {
@@ -466,22 +490,22 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
           load_x(j + C::kXSlots - 1);
         }
       }
-      if (j + 1 < n_kt) {
-        if (pos == C::kWT - 1) {
-          // Tile j + 1 starts the next run: this run's slot is read (tile j was dequantized one step ago); refill
-          // it, then wait for the next run.
+      // Tile j + 1 into the registers tile j - 1 used.
+      const int jn = j + 1, pos = (u + 1) % C::kWT, run = jn / C::kWT;
+      if (jn < n_kt) {
+        if (pos == 0) {
+          // Tile j + 1 starts run `run`: the previous run's slot is read (tile j was dequantized one step ago);
+          // refill it, then wait for this run.
           __syncwarp();
-          if (lane == 0 && run + C::kDWS < n_runs) {
+          if (lane == 0 && run - 1 + C::kDWS < n_runs) {
             fence_proxy_async();  // the warp's reads of the slot (ordered by __syncwarp) before the copy's writes
-            load_w(run + C::kDWS, wslot);
+            load_w(run - 1 + C::kDWS, wslot);
           }
           wslot = wslot + 1 == C::kDWS ? 0 : wslot + 1;
-          ra = run_addr(run + 1, wslot);
-          mbar_wait(w_full + wslot * 8, ((run + 1) / C::kDWS) & 1);
-          dequant_tile(ra, 0, a0);
-        } else {
-          dequant_tile(ra, pos + 1, (u & 1) ? a0 : a1);
+          ra = run_addr(run, wslot);
+          mbar_wait(w_full + wslot * 8, (run / C::kDWS) & 1);
         }
+        dequant_tile(ra, pos, a[(u + 1) & 1]);
       }
     }
   }
@@ -634,14 +658,15 @@ __global__ void __launch_bounds__(kThreads, WgConfig<kTok>::kMinBlocks)
 #endif
 }
 
-template <int kTok, bool kGroup>
+template <int kTok, bool kGroup, bool kOwnX>
 Status prepare() {
   static std::atomic<uint32_t> done_mask{0};
   int dev = 0;
   QDEC_CUDA_RETURN(cudaGetDevice(&dev));
   const uint32_t bit = 1u << (dev & 31);
   if (!(done_mask.load(std::memory_order_acquire) & bit)) {
-    QDEC_CUDA_RETURN(cudaFuncSetAttribute(w4a8_wgmma_kernel<kTok, kGroup>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    QDEC_CUDA_RETURN(cudaFuncSetAttribute(w4a8_wgmma_kernel<kTok, kGroup, kOwnX>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           std::max(WgConfig<kTok>::kSmemBytes, kOneCtaSmemBytes)));
     done_mask.fetch_or(bit, std::memory_order_acq_rel);
   }
@@ -655,16 +680,16 @@ Status occupancy_of(int* blocks) {
     *blocks = c;
     return Status::Ok();
   }
-  QDEC_RETURN_IF_ERROR((prepare<kTok, kGroup>()));
-  QDEC_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, w4a8_wgmma_kernel<kTok, kGroup>, kThreads,
-                                                                 WgConfig<kTok>::kSmemBytes));
+  QDEC_RETURN_IF_ERROR((prepare<kTok, kGroup, false>()));
+  QDEC_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, w4a8_wgmma_kernel<kTok, kGroup, false>,
+                                                                 kThreads, WgConfig<kTok>::kSmemBytes));
   cache.store(std::max(*blocks, 1), std::memory_order_release);
   return Status::Ok();
 }
 
 // How many clusters of `splits` CTAs (1 x 1 x splits) with `smem` bytes of shared memory each the device runs at once
 // (cudaOccupancyMaxActiveClusters; cached per cluster size and shared-memory choice).
-template <int kTok, bool kGroup>
+template <int kTok, bool kGroup, bool kOwnX>
 Status max_active_clusters(int splits, int smem, dim3 grid, int* clusters) {
   static std::atomic<int> cache[kMaxClusterSplits + 1][2] = {};
   const int big = smem > WgConfig<kTok>::kSmemBytes ? 1 : 0;
@@ -672,11 +697,11 @@ Status max_active_clusters(int splits, int smem, dim3 grid, int* clusters) {
     *clusters = c - 1;
     return Status::Ok();
   }
-  QDEC_RETURN_IF_ERROR((prepare<kTok, kGroup>()));
+  QDEC_RETURN_IF_ERROR((prepare<kTok, kGroup, kOwnX>()));
   LaunchConfig cfg(grid, dim3(kThreads), smem, nullptr, false);
   cfg.set_cluster(dim3(1, 1, splits));
   int n = 0;
-  QDEC_CUDA_RETURN(cudaOccupancyMaxActiveClusters(&n, w4a8_wgmma_kernel<kTok, kGroup>, cfg.get()));
+  QDEC_CUDA_RETURN(cudaOccupancyMaxActiveClusters(&n, w4a8_wgmma_kernel<kTok, kGroup, kOwnX>, cfg.get()));
   cache[splits][big].store(n + 1, std::memory_order_release);
   *clusters = n;
   return Status::Ok();
@@ -685,36 +710,47 @@ Status max_active_clusters(int splits, int smem, dim3 grid, int* clusters) {
 // The cluster size of a launch of `grid` with `smem` bytes of shared memory per CTA: grid.z (the K splits of a tile
 // in one cluster) when 2 <= grid.z <= kMaxClusterSplits and the clusters take no more rounds of the SMs than the
 // CTAs alone, else 1.
-template <int kTok, bool kGroup>
+template <int kTok, bool kGroup, bool kOwnX>
 Status split_k_clusters(dim3 grid, int smem, int sm_count, int* cluster) {
   *cluster = 1;
   if (!kClusterSplitK || grid.z < 2 || grid.z > unsigned(kMaxClusterSplits)) return Status::Ok();
   int per_sm = 0, clusters = 0;
   QDEC_RETURN_IF_ERROR((occupancy_of<kTok, kGroup>(&per_sm)));
   if (smem > WgConfig<kTok>::kSmemBytes) per_sm = 1;
-  QDEC_RETURN_IF_ERROR((max_active_clusters<kTok, kGroup>(int(grid.z), smem, grid, &clusters)));
+  QDEC_RETURN_IF_ERROR((max_active_clusters<kTok, kGroup, kOwnX>(int(grid.z), smem, grid, &clusters)));
   const long long ctas = static_cast<long long>(grid.x) * grid.z, slots = static_cast<long long>(per_sm) * sm_count;
   if (clusters > 0 && (grid.x + clusters - 1) / clusters <= (ctas + slots - 1) / slots) *cluster = int(grid.z);
   return Status::Ok();
 }
 
-// The shared memory per CTA of a launch of `grid`: one CTA per SM when the grid fits the SMs (programmatic launch).
-template <int kTok>
-int launch_smem(dim3 grid, int sm_count) {
-  const long long ctas = static_cast<long long>(grid.x) * grid.z;
-  return ctas <= sm_count ? std::max(WgConfig<kTok>::kSmemBytes, kOneCtaSmemBytes) : WgConfig<kTok>::kSmemBytes;
+// A grid that fits the SMs runs one CTA per SM (kOneCtaSmemBytes).
+inline bool fits_sms(dim3 grid, int sm_count) {
+  return static_cast<long long>(grid.x) * grid.z <= sm_count;
 }
 
-template <int kTok, bool kGroup>
-Status launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
-  QDEC_RETURN_IF_ERROR((prepare<kTok, kGroup>()));
-  DeviceInfo dev;
-  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
-  const int smem = launch_smem<kTok>(grid, dev.sm_count);
+// The shared memory per CTA of a launch of `grid`.
+template <int kTok>
+int launch_smem(dim3 grid, int sm_count) {
+  return fits_sms(grid, sm_count) ? std::max(WgConfig<kTok>::kSmemBytes, kOneCtaSmemBytes) : WgConfig<kTok>::kSmemBytes;
+}
+
+// Each warpgroup its own X ring (kOwnX) where a wg64 / wg128 CTA has its SM alone. Session 24 (two rings of 4 slots
+// against the shared 8, the 32 cells of the benchmark that take it): 0.92-1.00x the time on the H200 (geometric mean
+// 0.974), 0.95-1.03x on the H100 (0.986); with two CTAs per SM or at wg256 the doubled X reads from L2 made it up to
+// 47% slower (docs/int8_w4a8.md).
+template <int kTok>
+bool own_x_rings(dim3 grid, int sm_count) {
+  return kTok < 256 && fits_sms(grid, sm_count);
+}
+
+template <int kTok, bool kGroup, bool kOwnX>
+Status launch_as(const KernelParams& kp, dim3 grid, int sm_count, cudaStream_t stream) {
+  QDEC_RETURN_IF_ERROR((prepare<kTok, kGroup, kOwnX>()));
+  const int smem = launch_smem<kTok>(grid, sm_count);
   // Split-K in clusters where the clusters take no more rounds of the SMs than the CTAs would alone (clusters are
   // placed whole, within one GPC, so a GPC's spare SMs may take no cluster).
   int cluster = 1;
-  QDEC_RETURN_IF_ERROR((split_k_clusters<kTok, kGroup>(grid, smem, dev.sm_count, &cluster)));
+  QDEC_RETURN_IF_ERROR((split_k_clusters<kTok, kGroup, kOwnX>(grid, smem, sm_count, &cluster)));
   // X [M, ldq] as boxes of kTok rows x one 64-K tile (w4a8_gemm validated: 16-byte aligned, ldq a multiple of 16),
   // and of the last token tile's M % kTok rows.
   CUtensorMap xmap{}, xmap_tail{};
@@ -726,8 +762,31 @@ Status launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
                                                kp.m % kTok, CU_TENSOR_MAP_SWIZZLE_64B, "w4a8 x tail"));
   LaunchConfig cfg(grid, dim3(kThreads), smem, stream, false);
   if (cluster > 1) cfg.set_cluster(dim3(1, 1, cluster));
-  QDEC_CUDA_RETURN(cudaLaunchKernelEx(cfg.get(), w4a8_wgmma_kernel<kTok, kGroup>, kp, xmap, xmap_tail));
+  QDEC_CUDA_RETURN(cudaLaunchKernelEx(cfg.get(), w4a8_wgmma_kernel<kTok, kGroup, kOwnX>, kp, xmap, xmap_tail));
   return cuda_status(cudaGetLastError(), "w4a8_wgmma_kernel launch");
+}
+
+template <int kTok, bool kGroup>
+Status launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
+  DeviceInfo dev;
+  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+  if constexpr (kTok < 256) {
+    if (own_x_rings<kTok>(grid, dev.sm_count)) return launch_as<kTok, kGroup, true>(kp, grid, dev.sm_count, stream);
+  }
+  return launch_as<kTok, kGroup, false>(kp, grid, dev.sm_count, stream);
+}
+
+// The cluster size launch() takes for `grid`.
+template <int kTok, bool kGroup>
+Status cluster_of(dim3 grid, int* cluster) {
+  DeviceInfo dev;
+  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+  const int smem = launch_smem<kTok>(grid, dev.sm_count);
+  if constexpr (kTok < 256) {
+    if (own_x_rings<kTok>(grid, dev.sm_count))
+      return split_k_clusters<kTok, kGroup, true>(grid, smem, dev.sm_count, cluster);
+  }
+  return split_k_clusters<kTok, kGroup, false>(grid, smem, dev.sm_count, cluster);
 }
 
 Status bad_tokens(int tokens) {
@@ -743,14 +802,14 @@ Status wgmma_cluster_capacity(int tokens, int splits, bool one_cta, int* cluster
   const dim3 grid(splits == 1 ? 1 : 64, 1, splits);
   switch (tokens) {
     case 64:
-      return max_active_clusters<64, true>(splits, one_cta ? kOneCtaSmemBytes : WgConfig<64>::kSmemBytes, grid,
-                                           clusters);
+      return max_active_clusters<64, true, false>(splits, one_cta ? kOneCtaSmemBytes : WgConfig<64>::kSmemBytes, grid,
+                                                  clusters);
     case 128:
-      return max_active_clusters<128, true>(splits, one_cta ? kOneCtaSmemBytes : WgConfig<128>::kSmemBytes, grid,
-                                            clusters);
+      return max_active_clusters<128, true, false>(splits, one_cta ? kOneCtaSmemBytes : WgConfig<128>::kSmemBytes, grid,
+                                                   clusters);
     default:
-      return max_active_clusters<256, true>(splits, one_cta ? kOneCtaSmemBytes : WgConfig<256>::kSmemBytes, grid,
-                                            clusters);
+      return max_active_clusters<256, true, false>(splits, one_cta ? kOneCtaSmemBytes : WgConfig<256>::kSmemBytes, grid,
+                                                   clusters);
   }
 }
 // Probe builds: resets (all stamps 0) or reads g_timeline.
@@ -767,7 +826,7 @@ Status wgmma_timeline(bool reset, std::vector<unsigned long long>* out) {
 #endif
 
 Status wgmma_kernel_supported() {
-  return sm90a_kernel_status<w4a8_wgmma_kernel<64, true>>("w4a8 wgmma paths");
+  return sm90a_kernel_status<w4a8_wgmma_kernel<64, true, false>>("w4a8 wgmma paths");
 }
 
 Status wgmma_kernel_occupancy(int tokens, bool group, int* blocks) {
@@ -783,18 +842,13 @@ Status wgmma_kernel_occupancy(int tokens, bool group, int* blocks) {
 }
 
 Status wgmma_split_k_cluster(int tokens, bool group, dim3 grid, int* cluster) {
-  DeviceInfo dev;
-  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
   switch (tokens) {
     case 64:
-      return group ? split_k_clusters<64, true>(grid, launch_smem<64>(grid, dev.sm_count), dev.sm_count, cluster)
-                   : split_k_clusters<64, false>(grid, launch_smem<64>(grid, dev.sm_count), dev.sm_count, cluster);
+      return group ? cluster_of<64, true>(grid, cluster) : cluster_of<64, false>(grid, cluster);
     case 128:
-      return group ? split_k_clusters<128, true>(grid, launch_smem<128>(grid, dev.sm_count), dev.sm_count, cluster)
-                   : split_k_clusters<128, false>(grid, launch_smem<128>(grid, dev.sm_count), dev.sm_count, cluster);
+      return group ? cluster_of<128, true>(grid, cluster) : cluster_of<128, false>(grid, cluster);
     case 256:
-      return group ? split_k_clusters<256, true>(grid, launch_smem<256>(grid, dev.sm_count), dev.sm_count, cluster)
-                   : split_k_clusters<256, false>(grid, launch_smem<256>(grid, dev.sm_count), dev.sm_count, cluster);
+      return group ? cluster_of<256, true>(grid, cluster) : cluster_of<256, false>(grid, cluster);
   }
   return bad_tokens(tokens);
 }
