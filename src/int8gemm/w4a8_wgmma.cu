@@ -766,27 +766,32 @@ Status launch_as(const KernelParams& kp, dim3 grid, int sm_count, cudaStream_t s
   return cuda_status(cudaGetLastError(), "w4a8_wgmma_kernel launch");
 }
 
-template <int kTok, bool kGroup>
-Status launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
+// Calls f(std::bool_constant<kOwnX>{}, sm_count) with the X-ring form own_x_rings picks for `grid` on the current
+// device: the one place that rule is applied, so that the launch and the planner's cluster query agree.
+template <int kTok, class F>
+Status with_x_rings(dim3 grid, F&& f) {
   DeviceInfo dev;
   QDEC_RETURN_IF_ERROR(current_device_info(&dev));
   if constexpr (kTok < 256) {
-    if (own_x_rings<kTok>(grid, dev.sm_count)) return launch_as<kTok, kGroup, true>(kp, grid, dev.sm_count, stream);
+    if (own_x_rings<kTok>(grid, dev.sm_count)) return f(std::true_type{}, dev.sm_count);
   }
-  return launch_as<kTok, kGroup, false>(kp, grid, dev.sm_count, stream);
+  return f(std::false_type{}, dev.sm_count);
+}
+
+template <int kTok, bool kGroup>
+Status launch(const KernelParams& kp, dim3 grid, cudaStream_t stream) {
+  return with_x_rings<kTok>(grid, [&](auto own_x, int sm_count) {
+    return launch_as<kTok, kGroup, decltype(own_x)::value>(kp, grid, sm_count, stream);
+  });
 }
 
 // The cluster size launch() takes for `grid`.
 template <int kTok, bool kGroup>
 Status cluster_of(dim3 grid, int* cluster) {
-  DeviceInfo dev;
-  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
-  const int smem = launch_smem<kTok>(grid, dev.sm_count);
-  if constexpr (kTok < 256) {
-    if (own_x_rings<kTok>(grid, dev.sm_count))
-      return split_k_clusters<kTok, kGroup, true>(grid, smem, dev.sm_count, cluster);
-  }
-  return split_k_clusters<kTok, kGroup, false>(grid, smem, dev.sm_count, cluster);
+  return with_x_rings<kTok>(grid, [&](auto own_x, int sm_count) {
+    return split_k_clusters<kTok, kGroup, decltype(own_x)::value>(grid, launch_smem<kTok>(grid, sm_count), sm_count,
+                                                                  cluster);
+  });
 }
 
 Status bad_tokens(int tokens) {
