@@ -10,8 +10,9 @@
 // applies the epilogue from its registers while the other one's wgmma runs. For long K with one or two tiles per SM
 // the plan takes session 5's cooperative kernel instead (both consumers on one 128 x 256 tile, 64 rows each,
 // wgmma.m64n256k32; w8a8_wgmma_coop_kernel below). Persistent: at most one CTA per SM walks the (tile, split)
-// units. K, M and N tails come from TMA's zero fill of out-of-bounds boxes; the epilogue stores only rows < M and
-// columns < N. Split-K (few tiles, long K) sums int32 partials through the workspace, exactly.
+// units. K and N tails come from TMA's zero fill of out-of-bounds boxes, M's from a box of the last row block's
+// rows (produce); the epilogue stores only rows < M and columns < N. Split-K (few tiles, long K) sums int32 partials
+// through the workspace, exactly.
 //
 // Measured on the H200 and not kept (docs/int8_gemm.md, session 17): the cooperative kernel everywhere (up to 1.38x
 // the ping-pong kernel's time, e.g. 6144 x 4096 at M = 1024; faster only in the case the plan gives it), the
@@ -190,24 +191,31 @@ __device__ __forceinline__ void init_ring_barriers(uint64_t* full_bar, uint64_t*
 
 // The producer (thread 0 of warpgroup 0): the TMA copies of the CTA's units, in unit order, into a ring of
 // kRing stages (X box of 128 rows, then W box of kRowsW rows), each completing on its stage's full barrier once the
-// consumers have released the stage's previous round (its empty barrier).
+// consumers have released the stage's previous round (its empty barrier). The last row block of an M that is not a
+// multiple of 128 takes its X through map_x_tail, a box of its M % 128 rows: a box reaching past M (zero-filled by
+// the TMA) made W8A8 at M = 192 1.27-1.35x slower than at M = 256 on the large shapes (H200, session 25). The
+// stage's rows past M then keep stale bytes, whose products land in accumulator rows that are never stored.
 template <int kRing, int kRowsW>
-__device__ __forceinline__ void produce(const CUtensorMap* map_x, const CUtensorMap* map_w, const WgmmaArgs& a,
-                                        uint32_t ring_s, uint64_t* full_bar, uint64_t* empty_bar) {
-  constexpr int kBytesX = kBM * kBK, kBytes = kBytesX + kRowsW * kBK;
-  const int units = a.tiles_m * a.tiles_n * a.splits;
+__device__ __forceinline__ void produce(const CUtensorMap* map_x, const CUtensorMap* map_x_tail,
+                                        const CUtensorMap* map_w, const WgmmaArgs& a, uint32_t ring_s,
+                                        uint64_t* full_bar, uint64_t* empty_bar) {
+  constexpr int kBytesX = kBM * kBK, kBytesW = kRowsW * kBK, kBytes = kBytesX + kBytesW;
+  const int units = a.tiles_m * a.tiles_n * a.splits, m_tail = a.m % kBM;
   int g = 0;  // k-steps issued by this CTA so far (all units): stage g % kRing, round g / kRing
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     int mb, nb;
     raster(u / a.splits, a.tiles_m, a.tiles_n, &mb, &nb);
     const int kt0 = (u % a.splits) * a.kt_per_split, nkt = unit_ksteps(u, a);
+    const bool tail = m_tail != 0 && mb == a.tiles_m - 1;
+    const CUtensorMap* mx = tail ? map_x_tail : map_x;
+    const int bytes = (tail ? m_tail * kBK : kBytesX) + kBytesW;
     for (int i = 0; i < nkt; ++i, ++g) {
       const int s = g % kRing, round = g / kRing;
       if (round > 0) mbar_wait(smem_u32(&empty_bar[s]), (round - 1) & 1);
       const uint32_t full = smem_u32(&full_bar[s]);
-      mbar_expect_tx(full, kBytes);
+      mbar_expect_tx(full, bytes);
       const uint32_t stage = ring_s + s * kBytes;
-      tma_load_2d(stage, map_x, (kt0 + i) * kBK, mb * kBM, full);
+      tma_load_2d(stage, mx, (kt0 + i) * kBK, mb * kBM, full);
       tma_load_2d(stage + kBytesX, map_w, (kt0 + i) * kBK, nb * kRowsW, full);
     }
   }
@@ -220,8 +228,8 @@ __device__ __forceinline__ void produce(const CUtensorMap* map_x, const CUtensor
 // run on across units and consumers.
 template <int kY>
 __global__ void __launch_bounds__(kThreadsWg, 1)
-    w8a8_wgmma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
-                      const WgmmaArgs a) {
+    w8a8_wgmma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_tail,
+                      const __grid_constant__ CUtensorMap map_w, const WgmmaArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages], empty_bar[kStages];
@@ -242,7 +250,7 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
   }
 #endif
   if (wg == 0) {  // producer: one thread issues every copy
-    if (tid == 0) produce<kStages, kBN>(&map_x, &map_w, a, ring_s, full_bar, empty_bar);
+    if (tid == 0) produce<kStages, kBN>(&map_x, &map_x_tail, &map_w, a, ring_s, full_bar, empty_bar);
   } else {
     const int c = wg - 1;  // consumer c takes the CTA's units 2j + c
     const int t = tid - 128 * wg, lane = tid % 32, w = t / 32;
@@ -347,8 +355,8 @@ constexpr int kCoopPartialChunks = 32 * 256;
 // and bias pass through shared memory).
 template <int kY>
 __global__ void __launch_bounds__(kThreadsWg, 1)
-    w8a8_wgmma_coop_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
-                           const WgmmaArgs a) {
+    w8a8_wgmma_coop_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_tail,
+                           const __grid_constant__ CUtensorMap map_w, const WgmmaArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kCoopStages], empty_bar[kCoopStages];
@@ -361,7 +369,7 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
   init_ring_barriers(full_bar, empty_bar, kCoopStages, 2);  // both consumers read every stage
 
   if (wg == 0) {  // producer: one thread issues every copy
-    if (tid == 0) produce<kCoopStages, kCoopBN>(&map_x, &map_w, a, ring_s, full_bar, empty_bar);
+    if (tid == 0) produce<kCoopStages, kCoopBN>(&map_x, &map_x_tail, &map_w, a, ring_s, full_bar, empty_bar);
     return;
   }
 
@@ -425,7 +433,7 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
 #endif
 }
 
-using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const WgmmaArgs);
+using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const WgmmaArgs);
 // Dispatch list: one instantiation per output dtype (GemmDType order: bf16, fp16, fp32).
 constexpr Kernel kKernels[3] = {w8a8_wgmma_kernel<0>, w8a8_wgmma_kernel<1>, w8a8_wgmma_kernel<2>};
 constexpr Kernel kCoopKernels[3] = {w8a8_wgmma_coop_kernel<0>, w8a8_wgmma_coop_kernel<1>, w8a8_wgmma_coop_kernel<2>};
@@ -560,8 +568,12 @@ Status wgmma_launch(const WgmmaArgs& args, const WgmmaPlan& pl, const int8_t* xq
   QDEC_RETURN_IF_ERROR(wgmma_supported());
   if (args.y_dtype < 0 || args.y_dtype > 2)
     return Status(StatusCode::kInvalidArgument, "w8a8 wgmma: y dtype " + std::to_string(args.y_dtype));
-  CUtensorMap mx{}, mw{};
+  CUtensorMap mx{}, mx_tail{}, mw{};
   QDEC_RETURN_IF_ERROR(int8_tensor_map(&mx, xq, args.m, args.k, ldq, kBK, kBM, CU_TENSOR_MAP_SWIZZLE_128B, "w8a8 x"));
+  mx_tail = mx;
+  if (args.m % kBM != 0)
+    QDEC_RETURN_IF_ERROR(int8_tensor_map(&mx_tail, xq, args.m, args.k, ldq, kBK, args.m % kBM,
+                                         CU_TENSOR_MAP_SWIZZLE_128B, "w8a8 x tail"));
   QDEC_RETURN_IF_ERROR(int8_tensor_map(&mw, wq, args.n, args.k, ldw, kBK, pl.coop ? kCoopBN : kBN,
                                        CU_TENSOR_MAP_SWIZZLE_128B, "w8a8 w"));
   WgmmaArgs a = args;
@@ -580,9 +592,9 @@ Status wgmma_launch(const WgmmaArgs& args, const WgmmaPlan& pl, const int8_t* xq
   a.vec_y = a.ldy % 2 == 0 && reinterpret_cast<uintptr_t>(a.y) % (2 * esize) == 0;  // column pairs
   QDEC_RETURN_IF_ERROR(set_smem_attributes());
   if (pl.coop) {
-    kCoopKernels[a.y_dtype]<<<pl.grid, kThreadsWg, kCoopSmemBytes, stream>>>(mx, mw, a);
+    kCoopKernels[a.y_dtype]<<<pl.grid, kThreadsWg, kCoopSmemBytes, stream>>>(mx, mx_tail, mw, a);
   } else {
-    kKernels[a.y_dtype]<<<pl.grid, kThreadsWg, kSmemBytes, stream>>>(mx, mw, a);
+    kKernels[a.y_dtype]<<<pl.grid, kThreadsWg, kSmemBytes, stream>>>(mx, mx_tail, mw, a);
   }
   return cuda_status(cudaGetLastError(), "w8a8 wgmma kernel launch");
 }
