@@ -365,9 +365,11 @@ TEST(W4A8Gpu, AutoWgmmaByMAndWeights) {
   struct Want {
     int m, n, k;
     W4A8Path path;
+    int group = 128;  // 0: qoq-c
   };
   const Want wants[] = {{16, 28672, 4096, W4A8Path::kTokens16},     {17, 28672, 4096, W4A8Path::kWgmma64},
                         {32, 16384, 4096, W4A8Path::kWgmma64},      {32, 16383, 4096, W4A8Path::kTokens32},
+                        {32, 7168, 4096, W4A8Path::kWgmma64, 0},    {32, 7167, 4096, W4A8Path::kTokens32, 0},
                         {32, 4096, 4096, W4A8Path::kTokens32},      {33, 1280, 8192, W4A8Path::kWgmma64},
                         {48, 4096, 4096, W4A8Path::kWgmma64},       {64, 28672, 4096, W4A8Path::kWgmma64},
                         {64, 1279, 8192, W4A8Path::kTokens64},      {65, 28672, 4096, W4A8Path::kWgmma128},
@@ -384,16 +386,20 @@ TEST(W4A8Gpu, AutoWgmmaByMAndWeights) {
   const uintptr_t fake = 256;  // aligned, non-null
   for (const Want& w : wants) {
     W4A8Params p;
-    p.x = Int8ActivationsView{
-        w.m, w.k, reinterpret_cast<const int8_t*>(fake), w.k, reinterpret_cast<const float*>(fake), nullptr};
-    p.w = W4A8WeightView{w.n, w.k, 128, reinterpret_cast<const void*>(fake), size_t(1) << 40};
+    p.x = Int8ActivationsView{w.m,
+                              w.k,
+                              reinterpret_cast<const int8_t*>(fake),
+                              w.k,
+                              reinterpret_cast<const float*>(fake),
+                              w.group == 0 ? reinterpret_cast<const int32_t*>(fake) : nullptr};
+    p.w = W4A8WeightView{w.n, w.k, w.group, reinterpret_cast<const void*>(fake), size_t(1) << 40};
     p.y = reinterpret_cast<void*>(fake);
     W4A8Path path = W4A8Path::kAuto;
     int splits = 0;
     const Status st = w4a8_gemm_plan(p, &path, &splits);
     ASSERT_TRUE(st.ok()) << st.to_string();
-    EXPECT_EQ(path, w.path) << "M " << w.m << " N " << w.n << " K " << w.k << ": " << w4a8_path_name(path)
-                            << ", expected " << w4a8_path_name(w.path);
+    EXPECT_EQ(path, w.path) << "M " << w.m << " N " << w.n << " K " << w.k << " group " << w.group << ": "
+                            << w4a8_path_name(path) << ", expected " << w4a8_path_name(w.path);
   }
   // The wgmma kernel numbers (column, token tile) in one grid dimension: more than 2^31 - 1 tiles are refused.
   W4A8Params p;

@@ -156,10 +156,12 @@ TEST_P(W8A8Channel, MatchesReference) {
     int wg_splits = 0;
     const bool wgmma_ok = w8a8_plan(forced, nullptr, &wg_splits).ok();
     const long long units = static_cast<long long>((c.m + 127) / 128) * ((c.n + 127) / 128) * wg_splits;
-    const long long min_steps = c.m >= kW8A8AutoWgmmaMinM ? kW8A8AutoWgmmaMinSteps : kW8A8AutoWgmmaSmallMMinSteps;
-    const bool take_wgmma = wgmma_ok && c.m >= kW8A8AutoWgmmaSmallMinM && c.m <= kW8A8AutoWgmmaMaxM &&
-                            w8a8_wgmma_steps(c.m, c.n, c.k) >= min_steps && 2 * units >= sms;
-    expected = c.m <= kW8A8AutoMmaMaxM ? W8A8Backend::kMma : take_wgmma ? W8A8Backend::kWgmma : W8A8Backend::kCublasLt;
+    const long long steps = w8a8_wgmma_steps(c.m, c.n, c.k);
+    const bool size = c.m >= kW8A8AutoWgmmaMinM ? steps >= kW8A8AutoWgmmaMinSteps
+                      : c.m <= kW8A8AutoMmaMaxM ? c.n >= kW8A8AutoWgmmaSmallMinN && steps >= kW8A8AutoWgmmaTinyMinSteps
+                                                : c.n >= kW8A8AutoWgmmaSmallMinN && steps >= kW8A8AutoWgmmaMinSteps;
+    const bool take_wgmma = wgmma_ok && c.m <= kW8A8AutoWgmmaMaxM && size && 2 * units >= sms;
+    expected = take_wgmma ? W8A8Backend::kWgmma : c.m <= kW8A8AutoMmaMaxM ? W8A8Backend::kMma : W8A8Backend::kCublasLt;
   }
   ASSERT_EQ(used, expected);
   size_t wsb = 0;
@@ -234,9 +236,17 @@ std::vector<ChannelCase> channel_cases() {
   v.push_back({kW8A8AutoWgmmaMinM, 4096, 6144, W8A8Backend::kAuto, 0, false, GemmDType::kFP16});
   v.push_back({kW8A8AutoWgmmaMinM - 1, 4096, 6144, W8A8Backend::kAuto, 0, true, GemmDType::kBF16});
   v.push_back({128, 4096, 6016, W8A8Backend::kAuto, 0, true, GemmDType::kBF16});
-  // Below kW8A8AutoWgmmaMinM only large problems take wgmma (1 x 32 x 64 = kW8A8AutoWgmmaSmallMMinSteps).
+  // Below kW8A8AutoWgmmaMinM only N >= kW8A8AutoWgmmaSmallMinN takes wgmma: from M = 17 with 1 x 32 x 24 =
+  // kW8A8AutoWgmmaMinSteps at K = 3072 (one K step fewer is under it), at M <= kW8A8AutoMmaMaxM with 1 x 32 x 112 =
+  // kW8A8AutoWgmmaTinyMinSteps at K = 14336 (else kMma there).
   v.push_back({48, 8192, 8192, W8A8Backend::kAuto, 0, false, GemmDType::kBF16});
-  v.push_back({kW8A8AutoWgmmaSmallMinM - 1, 8192, 8192, W8A8Backend::kAuto, 0, true, GemmDType::kBF16});
+  v.push_back({kW8A8AutoMmaMaxM + 1, 8192, 3072, W8A8Backend::kAuto, 0, true, GemmDType::kBF16});
+  v.push_back({kW8A8AutoMmaMaxM + 1, 8192, 2944, W8A8Backend::kAuto, 0, false, GemmDType::kBF16});
+  v.push_back({kW8A8AutoWgmmaMinM - 1, 8064, 3072, W8A8Backend::kAuto, 0, true, GemmDType::kFP16});
+  v.push_back({kW8A8AutoMmaMaxM, 8192, 8192, W8A8Backend::kAuto, 0, true, GemmDType::kBF16});
+  v.push_back({1, 8192, 14336, W8A8Backend::kAuto, 0, true, GemmDType::kFP16});
+  v.push_back({1, 8192, 14208, W8A8Backend::kAuto, 0, false, GemmDType::kBF16});
+  v.push_back({1, 8064, 14336, W8A8Backend::kAuto, 0, false, GemmDType::kBF16});
   return v;
 }
 

@@ -68,8 +68,12 @@ inline constexpr int kW4A8AutoDequantMinM = 129;
 // at M in (16, 256] and kW4A8AutoWgmmaMinWeights256 above (H200, both schemes, docs/int8_w4a8.md). Since session 21
 // its split-K partials add up in thread block clusters, and (bench_int8, two rounds, 7 shapes): kWgmma64 at M in
 // (32, 64] (qoq-c 1.05x-1.44x faster than t64 at M = 48 / 64, 28672 x 4096 at M = 64 31.6 us against 39.9; qoq-g128
-// up to 4% slower on 8192 x 8192 and 4096 x 14336) and at M in (16, 32] where N >= kW4A8AutoWgmmaWideMinN (28672 x
-// 4096: 31.4 us against t32's 42.6; t32 faster or within 2% on the other shapes); kWgmma128 at M in (64, 128]
+// up to 4% slower on 8192 x 8192 and 4096 x 14336) and at M in (16, 32] for weights of at least
+// kW4A8AutoWgmma32MinWeights, or kW4A8AutoWgmma32MinWeightsChannel for qoq-c (session 25, after session 24's X ring
+// per warpgroup; M = 24 / 32 against t32: qoq-c 1.05x-1.19x faster on the H200 from 6144 x 4096 up, on the H100
+// 0.97x on 6144 x 4096, 1.01x on 8192 x 3584, 1.05-1.08x on 4096 x 14336 and 8192 x 8192; qoq-g128 1.03x-1.13x
+// faster on the H200 but 0.95x-0.97x on the H100 below 8192 x 8192, 1.0x there; 28672 x 4096 1.3-1.5x on both;
+// 4096 x 4096 t32 5-7% faster for qoq-g128 on the H200); kWgmma128 at M in (64, 128]
 // (1.15x-2.3x faster than t64 at M = 96 / 128, now on 1280 x 8192 too) and at M in (128, 256] where N <
 // kW4A8AutoWgmma256MinN (1280 x 8192 at M = 192 / 256: 1.07x-1.15x faster than the dequantize path), kWgmma256 from
 // that N (1.02x-1.12x faster than kWgmma128 on 6144 x 4096, 8192 x 3584, 8192 x 8192 and 28672 x 4096 at M = 192 /
@@ -79,8 +83,9 @@ inline constexpr int kW4A8AutoDequantMinM = 129;
 inline constexpr long long kW4A8AutoWgmmaMinWeights128 = 10LL << 20;  // 1280 x 8192 and up (session 20: 16 Mi)
 inline constexpr long long kW4A8AutoWgmmaMinWeights256 = 16LL << 20;  // 4096 x 4096 and up
 inline constexpr int kW4A8AutoWgmmaMaxM = 2048;
-inline constexpr int kW4A8AutoWgmma256MinN = 6144;    // M in (128, 256] (session 20: 16384)
-inline constexpr int kW4A8AutoWgmmaWideMinN = 16384;  // kWgmma64 from M = 17
+inline constexpr int kW4A8AutoWgmma256MinN = 6144;                          // M in (128, 256] (session 20: 16384)
+inline constexpr long long kW4A8AutoWgmma32MinWeights = 64LL << 20;         // kWgmma64 from M = 17 (8192 x 8192 up)
+inline constexpr long long kW4A8AutoWgmma32MinWeightsChannel = 28LL << 20;  // qoq-c (8192 x 3584 up)
 
 struct W4A8Params {
   Int8ActivationsView x;  // x.k == w.k; row_sum required for group_size 0

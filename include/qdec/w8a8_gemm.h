@@ -17,11 +17,11 @@
 //              shared memory, int32 split-K through the workspace where tiles are few, epilogue fused from the
 //              accumulator registers; Unsupported (a Status, nothing launched) on other devices or builds without
 //              sm_90a
-//   kAuto      kMma for M <= kW8A8AutoMmaMaxM; above, kWgmma where it is supported, the problem has at least
-//              kW8A8AutoWgmmaMinSteps 128 x 256 x 128 tile steps (w8a8_wgmma_steps) from M = kW8A8AutoWgmmaMinM,
-//              kW8A8AutoWgmmaSmallMMinSteps from kW8A8AutoWgmmaSmallMinM, and its 128 x 128 (tile, split) units are at
-//              least half as many as the SMs; else kCublasLt (w8a8_plan says which; w8a8_auto_wgmma_size is the size
-//              part)
+//   kAuto      kWgmma where it is supported, its 128 x 128 (tile, split) units are at least half as many as the
+//              SMs and the size qualifies (w8a8_auto_wgmma_size): from M = kW8A8AutoWgmmaMinM at least
+//              kW8A8AutoWgmmaMinSteps 128 x 256 x 128 tile steps (w8a8_wgmma_steps); below, N >=
+//              kW8A8AutoWgmmaSmallMinN as well, and at M <= kW8A8AutoMmaMaxM kW8A8AutoWgmmaTinyMinSteps steps.
+//              Otherwise kMma for M <= kW8A8AutoMmaMaxM, kCublasLt above (w8a8_plan says which)
 //
 // Per K-block (seed 003): both operands quantized per block of 32 / 64 / 128 along K with scale and offset;
 //   Y[m, n] = sum_blocks (sA sB C + sA oB SA + oA sB SB + L oA oB) (+ bias[n]), C the int32 block dot product and
@@ -40,28 +40,34 @@ namespace qdec {
 enum class W8A8Backend : uint8_t { kAuto = 0, kMma, kCublasLt, kWgmma };
 const char* w8a8_backend_name(W8A8Backend b);
 
-// Largest M for which kAuto takes the kMma kernel (from the H200 measurements in docs/int8_gemm.md).
+// Largest M for which kAuto takes the kMma kernel where it does not take kWgmma (from the H200 measurements in
+// docs/int8_gemm.md).
 inline constexpr int kW8A8AutoMmaMaxM = 16;
 // The problem size in 128 x 256 x 128 tile steps: ceil(M / 128) * ceil(N / 256) * ceil(K / 128). The kAuto bounds
-// come from the H200 tables in docs/int8_gemm.md (session 17, the ping-pong kernel, 7 shapes x M = 32 ... 4096):
-// from M = 128 kWgmma was faster than cuBLASLt + epilogue (or tied) on every shape of at least 768 steps (6144 x
-// 4096 at M = 128) and lost below (1280 x 8192 at M = 256: 640 steps, 18.5 against 16.8 us; 4096 x 4096 at M = 128:
-// 512); at M = 32 and 64 it won only on the largest problems at M = 64 (28672 x 4096: 46 us against 113 for
-// cuBLASLt's pick; 8192 x 8192) and lost on 4096 x 14336 (1792 steps) and below, and on those two at M = 32 (51
-// against 47 us, 35.6 against 31.6); at M = 4096 it was faster on 6 of 7 shapes (cuBLASLt + epilogue on 4096 x
-// 14336 by 5-10%), so there is no upper bound.
+// come from the H200 tables in docs/int8_gemm.md. From M = 65 (session 17, the ping-pong kernel, 7 shapes x M = 32
+// ... 4096): kWgmma was faster than cuBLASLt + epilogue (or tied) on every shape of at least 768 steps (6144 x 4096
+// at M = 128) and lost below (1280 x 8192 at M = 256: 640 steps, 18.5 against 16.8 us; 4096 x 4096 at M = 128:
+// 512); at M = 4096 it was faster on 6 of 7 shapes (cuBLASLt + epilogue on 4096 x 14336 by 5-10%), so there is no
+// upper bound. Below M = 65 (session 25, after the last row block's X box stopped at M; M = 2-64): kWgmma won on the
+// shapes with N >= 8192 at M = 17-64 (8192 x 3584 1.15-1.43x, 8192 x 8192 1.12x and 28672 x 4096 1.29x at M = 32)
+// and lost or tied below that N (4096 x 14336 by 4-10%, 4096 x 4096 by 12-14%, 6144 x 4096 within 5% either way); at
+// M = 1-16 it beat kMma on 28672 x 4096 (3584 steps; H200 1.23-1.33x, H100 1.12x), split on 8192 x 8192 (2048
+// steps; H200 1.04-1.07x faster, H100 1.09-1.10x slower) and lost on 8192 x 3584 (896 steps) and 4096 x 14336.
 inline constexpr int kW8A8AutoWgmmaMinM = 65;
 inline constexpr long long kW8A8AutoWgmmaMinSteps = 768;
-inline constexpr int kW8A8AutoWgmmaSmallMinM = 33;
-inline constexpr long long kW8A8AutoWgmmaSmallMMinSteps = 2048;
+inline constexpr int kW8A8AutoWgmmaSmallMinN = 8192;
+inline constexpr long long kW8A8AutoWgmmaTinyMinSteps = 3584;
 inline constexpr int kW8A8AutoWgmmaMaxM = 1 << 20;
 inline long long w8a8_wgmma_steps(int m, int n, int k) {
   return static_cast<long long>((m + 127) / 128) * ((n + 255) / 256) * ((k + 127) / 128);
 }
 // The size part of kAuto's choice of kWgmma (the plan adds: supported, units for half the SMs).
 inline bool w8a8_auto_wgmma_size(int m, int n, int k) {
-  if (m <= kW8A8AutoMmaMaxM || m < kW8A8AutoWgmmaSmallMinM || m > kW8A8AutoWgmmaMaxM) return false;
-  return w8a8_wgmma_steps(m, n, k) >= (m >= kW8A8AutoWgmmaMinM ? kW8A8AutoWgmmaMinSteps : kW8A8AutoWgmmaSmallMMinSteps);
+  if (m < 1 || m > kW8A8AutoWgmmaMaxM) return false;
+  const long long steps = w8a8_wgmma_steps(m, n, k);
+  if (m >= kW8A8AutoWgmmaMinM) return steps >= kW8A8AutoWgmmaMinSteps;
+  if (n < kW8A8AutoWgmmaSmallMinN) return false;
+  return steps >= (m <= kW8A8AutoMmaMaxM ? kW8A8AutoWgmmaTinyMinSteps : kW8A8AutoWgmmaMinSteps);
 }
 // N and M limits of the kernels (grid dimensions, int32 indexing of the workspace).
 inline constexpr int kW8A8MaxM = 1 << 20;

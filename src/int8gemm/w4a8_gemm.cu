@@ -299,7 +299,9 @@ Status make_plan(const W4A8Params& p, Plan* plan) {
         w4a8::wgmma_kernel_supported().ok()) {
       const bool big = weights >= kW4A8AutoWgmmaMinWeights256;
       if (m <= 32) {
-        if (p.w.n >= kW4A8AutoWgmmaWideMinN) path = W4A8Path::kWgmma64;
+        const long long min_weights =
+            p.w.group_size == 0 ? kW4A8AutoWgmma32MinWeightsChannel : kW4A8AutoWgmma32MinWeights;
+        if (weights >= min_weights) path = W4A8Path::kWgmma64;
       } else if (m <= 64) {
         path = W4A8Path::kWgmma64;
       } else if (m <= 128) {
