@@ -58,6 +58,10 @@ struct AttentionBenchOptions {
   std::string page_order = "shuffled";
   // Random sequence lengths in [T/2, T] (one draw per shape, shared by all formats) instead of all T.
   bool unequal = false;
+  // --read-bound (contiguous cases): also time the read ceiling's kernel over exactly each case's K and V bytes, in
+  // the case's own rotated buffers and timed the same way: the "% ceil" no kernel that reads those bytes could pass
+  // under this timing (a section after the table; "read_bound" in the JSON).
+  bool read_bound = false;
   // Before timing, run every (shape heads, format) on a small problem and compare with the float64 CPU
   // reference on the dequantized cache; a mismatch fails the run.
   bool check = false;
@@ -101,6 +105,8 @@ void add_attention_bench_options(App* app, AttentionBenchOptions* o) {
       ->capture_default_str();
   app->add_option("--page-order", o->page_order, "Paged pools: shuffled or sequential pages")->capture_default_str();
   app->add_flag("--unequal", o->unequal, "Random sequence lengths in [T/2, T] instead of all equal to T");
+  app->add_flag("--read-bound", o->read_bound,
+                "Also time a streaming read of each contiguous case's K and V bytes (the bound on its % ceil)");
   app->add_flag("--check", o->check, "Check every format against the CPU reference on a small problem first");
   app->add_option("--seed", o->seed, "Seed of the random cache contents and lengths")->capture_default_str();
   app->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();

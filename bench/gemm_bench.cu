@@ -266,6 +266,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
           WeightFormat f;
           WeightLayout L;
           std::vector<Buf> codes, meta;
+          std::vector<Buf> flat;  // --read-bound: the same bytes in one buffer per set, for the streaming read
         };
         std::vector<Packed> packed;
         for (const WeightFormat& f : formats) {
@@ -278,6 +279,10 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
             p.meta.emplace_back(p.L.meta_bytes());
             fill(p.codes.back(), 2, 300 + i, stream);
             fill(p.meta.back(), meta_fill_kind(f.kind), 400 + i, stream);
+            if (o.read_bound) {
+              p.flat.emplace_back(wbytes);
+              fill(p.flat.back(), 2, 500 + i, stream);
+            }
           }
           packed.push_back(std::move(p));
         }
@@ -384,6 +389,28 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
                 const double moved = double(pk.L.code_bytes() + pk.L.meta_bytes()) + double(sh.n) * sh.k * 2;
                 rows.push_back({pk.f.name(), "dequant kernel", dq_us, moved, timer.last_sm_mhz(), 0.0, true});
               }
+            }
+          }
+          // --read-bound (M <= 16): the read ceiling's streaming kernel over exactly each format's weight bytes (codes
+          // and scales, rotated like the GEMM's), timed the same way: what any kernel that must read those bytes could
+          // show under this timing, and so the largest "x cuBLAS" the format can reach at this shape in this run.
+          if (o.read_bound && m <= 16) {
+            int bps = 0;
+            BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, read_stream_kernel, 512, 0));
+            const int blocks = std::max(1, bps) * prop.multiProcessorCount;
+            Buf sink(16);
+            for (Packed& pk : packed) {
+              const int fsets = int(pk.flat.size());
+              const size_t wbytes = pk.L.code_bytes() + pk.L.meta_bytes();
+              auto read = [&](int i) {
+                read_stream_kernel<<<blocks, 512, 0, stream>>>(static_cast<const uint4*>(pk.flat[i % fsets].get()),
+                                                               wbytes / 16, static_cast<uint32_t*>(sink.get()));
+              };
+              const double us = timer.time(o.warmup, o.iters, read);
+              const double mhz = timer.last_sm_mhz();
+              BENCH_CUDA(cudaGetLastError());
+              const double g_us = graph ? timer.time_graph(o.graph_reps, o.iters, read) : 0.0;
+              rows.push_back({pk.f.name() + ":read", "stream read", us, double(wbytes), mhz, g_us, false});
             }
           }
           const double lt_us_after = timer.time(o.warmup, o.iters, lt_launch);

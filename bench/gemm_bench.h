@@ -30,6 +30,8 @@ struct GemmBenchOptions {
   int conv_batch = 8;
   bool check = false;  // before timing, check each format/M against the CPU reference on a small problem
   bool pdl = false;    // also time the fused path launched with GemmParams::pdl (graph column: back-to-back calls)
+  bool read_bound =
+      true;  // M <= 16: also time a streaming read of each format's weight bytes (the "<format>:read" row)
   uint64_t seed = 0x5eed004;
   int device = 0;
   std::string json_path;
@@ -52,6 +54,10 @@ void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
   app->add_option(
          "--x-staging", o->x_staging,
          "Fused path at M <= 16: how X is staged, auto, slice or ring (the path column ends in 'r' for the ring)")
+      ->capture_default_str();
+  app->add_option("--read-bound", o->read_bound,
+                  "At M <= 16, also time the read ceiling's kernel over each format's weight bytes alone (row "
+                  "'<format>:read'): the bound on any kernel's time, and x cuBLAS, for that format under this timing")
       ->capture_default_str();
   app->add_option("--warm-ms", o->warm_ms,
                   "Run each case this many ms before timing it (lets the SM clock ramp up; see the SM MHz column)")
