@@ -84,6 +84,17 @@ __global__ void __launch_bounds__(512)
   for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = __ldcs(src + i);
 }
 
+// The quantizer's traffic without its arithmetic: each 16-byte piece of X read once, 8 bytes written in its place
+// (bf16 in, int8 out). The RMSNorm table's "copy bound" row: what a kernel moving those bytes reaches at that size.
+__global__ void __launch_bounds__(512)
+    narrow_copy_kernel(const uint4* __restrict__ src, uint2* __restrict__ dst, uint64_t n) {
+  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const uint4 v = __ldcs(src + i);
+    dst[i] = make_uint2(v.x ^ v.y, v.z ^ v.w);
+  }
+}
+
 struct ShapeNK {
   int n, k;
 };
@@ -565,6 +576,45 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
           Buf w(size_t(k) * 2), sc(size_t(m) * 4), rs(size_t(m) * 4);
           fill(w, 0, 900, stream);
           const double bytes = double(xbytes) + double(m) * k + 2.0 * k + 8.0 * m;
+          if (o.rms_bound) {
+            // The same bytes moved by narrow_copy_kernel (X read, half of it written; rows packed, K % 8 == 0 only),
+            // timed the same way: the "% copy" a quantizer of this size could reach under this timing.
+            if (k % 8 == 0) {
+              int bps = 0;
+              BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, narrow_copy_kernel, 512, 0));
+              const uint64_t pieces = xbytes / 16;
+              const int blocks = int(std::min<uint64_t>(uint64_t(std::max(1, bps)) * prop.multiProcessorCount,
+                                                        std::max<uint64_t>(1, (pieces + 511) / 512)));
+              auto copy = [&](int i) {
+                narrow_copy_kernel<<<blocks, 512, 0, stream>>>(xs[i % sets].as<const uint4>(), qs[i % sets].as<uint2>(),
+                                                               pieces);
+              };
+              const double us = timer.time(o.warmup, o.iters, copy);
+              const double g_us = timer.time_graph(std::max(sets, 8), o.iters, copy);
+              const double mhz = timer.last_sm_mhz();
+              BENCH_CUDA(cudaGetLastError());
+              const double b = double(xbytes) + double(xbytes) / 2;
+              const double gbps = b / (us * 1e-6) / 1e9, g_gbps = b / (g_us * 1e-6) / 1e9;
+              out << fmt::format(
+                  "{:>5} {:>6} {:>16} {:>9.2f} {:>8.0f} {:>8.1f}% {:>8.1f}% {:>9.2f} {:>8.0f} {:>8.1f}% {:>8.1f}% "
+                  "{:>9} {:>9} {:>6.0f}\n",
+                  m, k, "copy bound", us, gbps, 100.0 * gbps / read_gbps, 100.0 * gbps / copy_gbps, g_us, g_gbps,
+                  100.0 * g_gbps / read_gbps, 100.0 * g_gbps / copy_gbps, "-", "-", mhz);
+              rc.push_back({{"m", m},
+                            {"k", k},
+                            {"kernel", "copy bound"},
+                            {"us", us},
+                            {"graph_us", g_us},
+                            {"bytes", b},
+                            {"gbps", gbps},
+                            {"graph_gbps", g_gbps},
+                            {"pct_read_ceiling", 100.0 * gbps / read_gbps},
+                            {"pct_copy_ceiling", 100.0 * gbps / copy_gbps},
+                            {"graph_pct_read_ceiling", 100.0 * g_gbps / read_gbps},
+                            {"graph_pct_copy_ceiling", 100.0 * g_gbps / copy_gbps},
+                            {"sm_mhz", mhz}});
+            }
+          }
           for (bool norm : {true, false}) {
             ActQuantParams p{
                 m, k, GemmDType::kBF16, xs[0].get(), 0, qs[0].as<int8_t>(), ldq, sc.as<float>(), rs.as<int32_t>()};

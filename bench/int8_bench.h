@@ -21,6 +21,7 @@ struct Int8BenchOptions {
   int block = 128;             // block of the per-K-block W8A8 rows
   bool gemm = true;            // the GEMM table
   bool rmsnorm = true;         // the RMSNorm + quantize table
+  bool rms_bound = true;       // ... with a "copy bound" row per shape (the same bytes moved by a plain kernel)
   bool w8a8 = true;            // the W8A8 rows (per channel, per block)
   bool w4a8 = true;            // the W4A8 rows (prepacks random QoQ weights on the CPU: slow at large N x K)
   int mma_max_m = 1024;        // time the kMma backend up to this M (it is the slow choice above kW8A8AutoMmaMaxM)
@@ -45,6 +46,10 @@ void add_int8_bench_options(App* app, Int8BenchOptions* o) {
   app->add_option("--block", o->block, "K-block of the per-block W8A8 rows (32, 64, 128)")->capture_default_str();
   app->add_option("--gemm", o->gemm, "Run the GEMM table (true/false)")->capture_default_str();
   app->add_option("--rmsnorm", o->rmsnorm, "Run the RMSNorm + quantize table (true/false)")->capture_default_str();
+  app->add_option("--rms-bound", o->rms_bound,
+                  "RMSNorm table: also a 'copy bound' row per shape, a plain kernel reading X and writing half its "
+                  "bytes, timed the same way (true/false)")
+      ->capture_default_str();
   app->add_option("--w8a8", o->w8a8, "Include the W8A8 rows (true/false)")->capture_default_str();
   app->add_option("--w4a8", o->w4a8, "Include the W4A8 rows (true/false)")->capture_default_str();
   app->add_option("--mma-max-m", o->mma_max_m, "Time the W8A8 mma backend up to this M")->capture_default_str();
