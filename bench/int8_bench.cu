@@ -576,6 +576,38 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
           Buf w(size_t(k) * 2), sc(size_t(m) * 4), rs(size_t(m) * 4);
           fill(w, 0, 900, stream);
           const double bytes = double(xbytes) + double(m) * k + 2.0 * k + 8.0 * m;
+          // One table row and its JSON case; pdl_us <= 0: no PDL timing (the copy bound's row).
+          auto emit = [&](const char* name, double us, double g_us, double pdl_us, double b, double mhz) {
+            const double gbps = b / (us * 1e-6) / 1e9, g_gbps = b / (g_us * 1e-6) / 1e9;
+            const double pdl_gbps = pdl_us > 0 ? b / (pdl_us * 1e-6) / 1e9 : 0.0;
+            out << fmt::format(
+                       "{:>5} {:>6} {:>16} {:>9.2f} {:>8.0f} {:>8.1f}% {:>8.1f}% {:>9.2f} {:>8.0f} {:>8.1f}% "
+                       "{:>8.1f}% ",
+                       m, k, name, us, gbps, 100.0 * gbps / read_gbps, 100.0 * gbps / copy_gbps, g_us, g_gbps,
+                       100.0 * g_gbps / read_gbps, 100.0 * g_gbps / copy_gbps)
+                << (pdl_us > 0 ? fmt::format("{:>9.2f} {:>8.1f}% ", pdl_us, 100.0 * pdl_gbps / copy_gbps)
+                               : fmt::format("{:>9} {:>9} ", "-", "-"))
+                << fmt::format("{:>6.0f}\n", mhz);
+            json row = {{"m", m},
+                        {"k", k},
+                        {"kernel", name},
+                        {"us", us},
+                        {"graph_us", g_us},
+                        {"bytes", b},
+                        {"gbps", gbps},
+                        {"graph_gbps", g_gbps},
+                        {"pct_read_ceiling", 100.0 * gbps / read_gbps},
+                        {"pct_copy_ceiling", 100.0 * gbps / copy_gbps},
+                        {"graph_pct_read_ceiling", 100.0 * g_gbps / read_gbps},
+                        {"graph_pct_copy_ceiling", 100.0 * g_gbps / copy_gbps},
+                        {"sm_mhz", mhz}};
+            if (pdl_us > 0) {
+              row["pdl_graph_us"] = pdl_us;
+              row["pdl_graph_pct_read_ceiling"] = 100.0 * pdl_gbps / read_gbps;
+              row["pdl_graph_pct_copy_ceiling"] = 100.0 * pdl_gbps / copy_gbps;
+            }
+            rc.push_back(std::move(row));
+          };
           if (o.rms_bound) {
             // The same bytes moved by narrow_copy_kernel (X read, half of it written; rows packed, K % 8 == 0 only),
             // timed the same way: the "% copy" a quantizer of this size could reach under this timing.
@@ -593,26 +625,7 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
               const double g_us = timer.time_graph(std::max(sets, 8), o.iters, copy);
               const double mhz = timer.last_sm_mhz();
               BENCH_CUDA(cudaGetLastError());
-              const double b = double(xbytes) + double(xbytes) / 2;
-              const double gbps = b / (us * 1e-6) / 1e9, g_gbps = b / (g_us * 1e-6) / 1e9;
-              out << fmt::format(
-                  "{:>5} {:>6} {:>16} {:>9.2f} {:>8.0f} {:>8.1f}% {:>8.1f}% {:>9.2f} {:>8.0f} {:>8.1f}% {:>8.1f}% "
-                  "{:>9} {:>9} {:>6.0f}\n",
-                  m, k, "copy bound", us, gbps, 100.0 * gbps / read_gbps, 100.0 * gbps / copy_gbps, g_us, g_gbps,
-                  100.0 * g_gbps / read_gbps, 100.0 * g_gbps / copy_gbps, "-", "-", mhz);
-              rc.push_back({{"m", m},
-                            {"k", k},
-                            {"kernel", "copy bound"},
-                            {"us", us},
-                            {"graph_us", g_us},
-                            {"bytes", b},
-                            {"gbps", gbps},
-                            {"graph_gbps", g_gbps},
-                            {"pct_read_ceiling", 100.0 * gbps / read_gbps},
-                            {"pct_copy_ceiling", 100.0 * gbps / copy_gbps},
-                            {"graph_pct_read_ceiling", 100.0 * g_gbps / read_gbps},
-                            {"graph_pct_copy_ceiling", 100.0 * g_gbps / copy_gbps},
-                            {"sm_mhz", mhz}});
+              emit("copy bound", us, g_us, 0.0, double(xbytes) + double(xbytes) / 2, mhz);
             }
           }
           for (bool norm : {true, false}) {
@@ -642,30 +655,7 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
             const double mhz = timer.last_sm_mhz();
             BENCH_CUDA(cudaGetLastError());
             const double b = norm ? bytes : bytes - 2.0 * k;
-            const double gbps = b / (us * 1e-6) / 1e9, g_gbps = b / (g_us * 1e-6) / 1e9,
-                         pdl_gbps = b / (pdl_us * 1e-6) / 1e9;
-            const char* name = norm ? "rmsnorm+quant" : "quant";
-            out << fmt::format(
-                "{:>5} {:>6} {:>16} {:>9.2f} {:>8.0f} {:>8.1f}% {:>8.1f}% {:>9.2f} {:>8.0f} {:>8.1f}% {:>8.1f}% "
-                "{:>9.2f} {:>8.1f}% {:>6.0f}\n",
-                m, k, name, us, gbps, 100.0 * gbps / read_gbps, 100.0 * gbps / copy_gbps, g_us, g_gbps,
-                100.0 * g_gbps / read_gbps, 100.0 * g_gbps / copy_gbps, pdl_us, 100.0 * pdl_gbps / copy_gbps, mhz);
-            rc.push_back({{"m", m},
-                          {"k", k},
-                          {"kernel", name},
-                          {"us", us},
-                          {"graph_us", g_us},
-                          {"bytes", b},
-                          {"gbps", gbps},
-                          {"graph_gbps", g_gbps},
-                          {"pct_read_ceiling", 100.0 * gbps / read_gbps},
-                          {"pct_copy_ceiling", 100.0 * gbps / copy_gbps},
-                          {"graph_pct_read_ceiling", 100.0 * g_gbps / read_gbps},
-                          {"graph_pct_copy_ceiling", 100.0 * g_gbps / copy_gbps},
-                          {"pdl_graph_us", pdl_us},
-                          {"pdl_graph_pct_read_ceiling", 100.0 * pdl_gbps / read_gbps},
-                          {"pdl_graph_pct_copy_ceiling", 100.0 * pdl_gbps / copy_gbps},
-                          {"sm_mhz", mhz}});
+            emit(norm ? "rmsnorm+quant" : "quant", us, g_us, pdl_us, b, mhz);
           }
         }
       }
