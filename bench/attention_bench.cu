@@ -1334,9 +1334,8 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
       }
     }
     if (!bound_lines.empty()) {
-      out << "\nread bound: the read ceiling's kernel over each case's K and V bytes (its own rotated buffers), timed "
-             "the "
-             "same way; its % is the most any kernel reading those bytes could show here:\n";
+      out << "\nread bound: the read ceiling's kernel over each case's K and V bytes (its own rotated buffers), "
+             "timed the same way; its % is the most any kernel reading those bytes could show here:\n";
       out << fmt::format("{:<32} {:<24} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "shape", "format", "median µs", "% ceil",
                          "read µs", "% bound", "t / read");
       for (const std::string& line : bound_lines) out << line;

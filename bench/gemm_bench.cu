@@ -195,6 +195,8 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
     for (int m : ms)
       if (m < 1 || m > 65536) throw BenchError(fmt::format("--m {} is outside 1..65536", m));
     const std::vector<ShapeNK> shapes = parse_shapes(o.shapes);
+    // --read-bound rows exist at M <= 16 only: no buffers for them in a run without such M.
+    const bool read_bound = o.read_bound && *std::min_element(ms.begin(), ms.end()) <= 16;
 
     cudaStream_t stream;
     BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -279,7 +281,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
             p.meta.emplace_back(p.L.meta_bytes());
             fill(p.codes.back(), 2, 300 + i, stream);
             fill(p.meta.back(), meta_fill_kind(f.kind), 400 + i, stream);
-            if (o.read_bound) {
+            if (read_bound) {
               p.flat.emplace_back(wbytes);
               fill(p.flat.back(), 2, 500 + i, stream);
             }
@@ -392,9 +394,10 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
             }
           }
           // --read-bound (M <= 16): the read ceiling's streaming kernel over exactly each format's weight bytes (codes
-          // and scales, rotated like the GEMM's), timed the same way: what any kernel that must read those bytes could
-          // show under this timing, and so the largest "x cuBLAS" the format can reach at this shape in this run.
-          if (o.read_bound && m <= 16) {
+          // and scales in one buffer, rotated like the GEMM's; a last partial 16 bytes not read), timed the same way:
+          // what any kernel that must read those bytes could show under this timing, and so the largest "x cuBLAS" the
+          // format can reach at this shape in this run.
+          if (read_bound && m <= 16) {
             int bps = 0;
             BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, read_stream_kernel, 512, 0));
             const int blocks = std::max(1, bps) * prop.multiProcessorCount;
