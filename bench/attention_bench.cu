@@ -676,9 +676,11 @@ struct CaseResult {
   // --graph: per-call median of CUDA graphs of graph_reps back-to-back calls (no per-launch event floor).
   double graph_us = kNoValue;
   double graph_pct_read_ceiling = kNoValue;
-  double read_bound_us = kNoValue;   // --read-bound: median of the streaming read of this case's K and V bytes
-  double read_bound_pct = kNoValue;  // bytes() / read_bound_us as % of the read ceiling
-  double append_us = kNoValue;       // --append: median of the fused append of this case's B tokens
+  double read_bound_us = kNoValue;         // --read-bound: median of the streaming read of this case's K and V bytes
+  double read_bound_pct = kNoValue;        // bytes() / read_bound_us as % of the read ceiling
+  double graph_read_bound_us = kNoValue;   // --read-bound --graph: per read in a graph of graph_reps reads
+  double graph_read_bound_pct = kNoValue;  // bytes() / graph_read_bound_us as % of the read ceiling
+  double append_us = kNoValue;             // --append: median of the fused append of this case's B tokens
   double append_gbps = kNoValue;
   size_t append_bytes = 0;
   double append_pct_of_step = kNoValue;   // append median / this case's decode median
@@ -929,27 +931,38 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
 
   r.time = time_launches(opts, stream, flag, what,
                          [&](int i) { return decode_attention(params[size_t(i) % params.size()], stream); });
-  if (opts.read_bound && !paged) {
-    int bps = 0;
-    BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, read_two_stream_kernel, 512, 0));
-    const int blocks = std::max(1, bps) * dev.sm_count;
-    DeviceBuffer sink(16);
-    const TimeStats t = time_launches(opts, stream, flag, what + " read bound", [&](int i) {
+  // --read-bound (contiguous): the read ceiling's kernel over set i's K and V, timed like the case (and, with --graph,
+  // in a graph of as many back-to-back reads, replayed in turn with the case's graph).
+  const bool read_bound = opts.read_bound && !paged;
+  int read_blocks = 0;
+  DeviceBuffer sink(read_bound ? 16 : 0);
+  std::function<Status(int)> read_launch;
+  if (read_bound) {
+    BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&read_blocks, read_two_stream_kernel, 512, 0));
+    read_blocks = std::max(1, read_blocks) * dev.sm_count;
+    read_launch = [&](int i) {
       const Set& set = sets[size_t(i) % sets.size()];
-      read_two_stream_kernel<<<blocks, 512, 0, stream>>>(set.k.as<const uint4>(), set.k.bytes() / 16,
-                                                         set.v.as<const uint4>(), set.v.bytes() / 16,
-                                                         sink.as<uint32_t>());
+      read_two_stream_kernel<<<read_blocks, 512, 0, stream>>>(set.k.as<const uint4>(), set.k.bytes() / 16,
+                                                              set.v.as<const uint4>(), set.v.bytes() / 16,
+                                                              sink.as<uint32_t>());
       const cudaError_t err = cudaGetLastError();
       return err == cudaSuccess
                  ? Status::Ok()
                  : Status(StatusCode::kCudaError, std::string("read bound kernel: ") + cudaGetErrorString(err));
-    });
-    r.read_bound_us = t.median_us;
+    };
+    r.read_bound_us = time_launches(opts, stream, flag, what + " read bound", read_launch).median_us;
   }
   if (opts.graph && opts.graph_reps > 0) {  // back-to-back calls, as a decode step captured in a graph issues them
     StepGraph g(stream, opts.graph_reps, what + " graph",
                 [&](int j) { return decode_attention(params[size_t(j) % params.size()], stream); });
-    r.graph_us = time_graphs_interleaved(opts, {&g})[0];
+    if (read_launch) {
+      StepGraph gr(stream, opts.graph_reps, what + " read bound graph", read_launch);
+      const std::vector<double> med = time_graphs_interleaved(opts, {&g, &gr});
+      r.graph_us = med[0];
+      r.graph_read_bound_us = med[1];
+    } else {
+      r.graph_us = time_graphs_interleaved(opts, {&g})[0];
+    }
   }
 
   // --append (paged): the fused append of this step's B new tokens (one per sequence, at position
@@ -1040,6 +1053,8 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
   r.pct_read_ceiling = 100.0 * r.gbps / ceil.read_gbps;
   if (has_value(r.read_bound_us))
     r.read_bound_pct = 100.0 * double(r.bytes()) / (r.read_bound_us * 1e-6) / 1e9 / ceil.read_gbps;
+  if (has_value(r.graph_read_bound_us))
+    r.graph_read_bound_pct = 100.0 * double(r.bytes()) / (r.graph_read_bound_us * 1e-6) / 1e9 / ceil.read_gbps;
   if (has_value(r.graph_us))
     r.graph_pct_read_ceiling = 100.0 * double(r.bytes()) / (r.graph_us * 1e-6) / 1e9 / ceil.read_gbps;
   return r;
@@ -1110,8 +1125,13 @@ json case_json(const Shape& s, const FormatPair& fp, const AttentionBenchOptions
   if (has_value(r.time_vs_contiguous)) j["time_vs_contiguous"] = r.time_vs_contiguous;
   if (has_value(r.graph_us))
     j["graph"] = {{"reps", opts.graph_reps}, {"median_us", r.graph_us}, {"pct_read_ceiling", r.graph_pct_read_ceiling}};
-  if (has_value(r.read_bound_us))
+  if (has_value(r.read_bound_us)) {
     j["read_bound"] = {{"median_us", r.read_bound_us}, {"pct_read_ceiling", r.read_bound_pct}};
+    if (has_value(r.graph_read_bound_us)) {
+      j["read_bound"]["graph_median_us"] = r.graph_read_bound_us;
+      j["read_bound"]["graph_pct_read_ceiling"] = r.graph_read_bound_pct;
+    }
+  }
   if (has_value(r.append_us)) {
     j["append"] = {{"median_us", r.append_us},
                    {"bytes", r.append_bytes},
@@ -1316,10 +1336,15 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
                                 r.graph_append_pct_of_step, r.graph_step_with_append_us, r.graph_marginal_pct,
                                 r.graph_step_serial_us, r.graph_serial_marginal_pct));
             }
-            if (has_value(r.read_bound_us))
-              bound_lines.push_back(fmt::format("{:<32} {:<24} {:>9.2f} {:>8.1f}% {:>9.2f} {:>8.1f}% {:>9.3f}\n",
-                                                shape.label(), name, r.time.median_us, r.pct_read_ceiling,
-                                                r.read_bound_us, r.read_bound_pct, r.time.median_us / r.read_bound_us));
+            if (has_value(r.read_bound_us)) {
+              std::string line = fmt::format("{:<32} {:<24} {:>9.2f} {:>8.1f}% {:>9.2f} {:>8.1f}% {:>9.3f}",
+                                             shape.label(), name, r.time.median_us, r.pct_read_ceiling, r.read_bound_us,
+                                             r.read_bound_pct, r.time.median_us / r.read_bound_us);
+              if (has_value(r.graph_read_bound_us))
+                line += fmt::format(" {:>9.2f} {:>8.1f}% {:>9.2f} {:>8.1f}%", r.graph_us, r.graph_pct_read_ceiling,
+                                    r.graph_read_bound_us, r.graph_read_bound_pct);
+              bound_lines.push_back(line + "\n");
+            }
             out << table_row(shape.label(), name, fmt::format("{}x{}", r.num_splits, r.cta_warps),
                              fmt::format("{:.2f}", r.time.median_us), fmt::format("{:.2f}", r.bytes() / 1e6),
                              fmt::format("{:.1f}", r.gbps), fmt::format("{:.1f}", r.pct_read_ceiling),
@@ -1336,8 +1361,12 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
     if (!bound_lines.empty()) {
       out << "\nread bound: the read ceiling's kernel over each case's K and V bytes (its own rotated buffers), "
              "timed the same way; its % is the most any kernel reading those bytes could show here:\n";
-      out << fmt::format("{:<32} {:<24} {:>9} {:>9} {:>9} {:>9} {:>9}\n", "shape", "format", "median µs", "% ceil",
-                         "read µs", "% bound", "t / read");
+      out << fmt::format("{:<32} {:<24} {:>9} {:>9} {:>9} {:>9} {:>9}", "shape", "format", "median µs", "% ceil",
+                         "read µs", "% bound", "t / read")
+          << (opts.graph && opts.graph_reps > 0
+                  ? fmt::format(" {:>9} {:>9} {:>9} {:>9}", "graph µs", "% graph", "g read µs", "% g bound")
+                  : std::string())
+          << "\n";
       for (const std::string& line : bound_lines) out << line;
     }
     if (!append_lines.empty()) {
