@@ -195,7 +195,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
     for (int m : ms)
       if (m < 1 || m > 65536) throw BenchError(fmt::format("--m {} is outside 1..65536", m));
     const std::vector<ShapeNK> shapes = parse_shapes(o.shapes);
-    // --read-bound rows exist at M <= 16 only: no buffers for them in a run without such M.
+    // --read-bound rows exist at M <= 16 only.
     const bool read_bound = o.read_bound && *std::min_element(ms.begin(), ms.end()) <= 16;
 
     cudaStream_t stream;
@@ -268,7 +268,6 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
           WeightFormat f;
           WeightLayout L;
           std::vector<Buf> codes, meta;
-          std::vector<Buf> flat;  // --read-bound: the same bytes in one buffer per set, for the streaming read
         };
         std::vector<Packed> packed;
         for (const WeightFormat& f : formats) {
@@ -281,10 +280,6 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
             p.meta.emplace_back(p.L.meta_bytes());
             fill(p.codes.back(), 2, 300 + i, stream);
             fill(p.meta.back(), meta_fill_kind(f.kind), 400 + i, stream);
-            if (read_bound) {
-              p.flat.emplace_back(wbytes);
-              fill(p.flat.back(), 2, 500 + i, stream);
-            }
           }
           packed.push_back(std::move(p));
         }
@@ -393,21 +388,23 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               }
             }
           }
-          // --read-bound (M <= 16): the read ceiling's streaming kernel over exactly each format's weight bytes (codes
-          // and scales in one buffer, rotated like the GEMM's; a last partial 16 bytes not read), timed the same way:
-          // what any kernel that must read those bytes could show under this timing, and so the largest "x cuBLAS" the
-          // format can reach at this shape in this run.
+          // --read-bound (M <= 16): the read ceiling's streaming kernel over exactly the codes and scales each GEMM
+          // call reads (the same rotated buffers, both in one launch; a scale buffer's last partial 16 bytes not
+          // read), timed the same way: what any kernel that must read those bytes could show under this timing, and
+          // so the largest "x cuBLAS" the format can reach at this shape in this run.
           if (read_bound && m <= 16) {
             int bps = 0;
-            BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, read_stream_kernel, 512, 0));
+            BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, read_two_stream_kernel, 512, 0));
             const int blocks = std::max(1, bps) * prop.multiProcessorCount;
             Buf sink(16);
             for (Packed& pk : packed) {
-              const int fsets = int(pk.flat.size());
+              const int psets = int(pk.codes.size());
               const size_t wbytes = pk.L.code_bytes() + pk.L.meta_bytes();
               auto read = [&](int i) {
-                read_stream_kernel<<<blocks, 512, 0, stream>>>(static_cast<const uint4*>(pk.flat[i % fsets].get()),
-                                                               wbytes / 16, static_cast<uint32_t*>(sink.get()));
+                read_two_stream_kernel<<<blocks, 512, 0, stream>>>(
+                    static_cast<const uint4*>(pk.codes[i % psets].get()), pk.L.code_bytes() / 16,
+                    static_cast<const uint4*>(pk.meta[i % psets].get()), pk.L.meta_bytes() / 16,
+                    static_cast<uint32_t*>(sink.get()));
               };
               const double us = timer.time(o.warmup, o.iters, read);
               const double mhz = timer.last_sm_mhz();
