@@ -49,7 +49,9 @@ void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
   app->add_option("--dtype", o->dtype, "Activation dtype: bf16 or fp16")->capture_default_str();
   app->add_option("--path", o->path, "auto, fused or dequant (dequant = dequantize + cuBLASLt)")->capture_default_str();
   app->add_option("--splits", o->splits, "Force the fused path's split-K count (0 = automatic)")->capture_default_str();
-  app->add_option("--parts", o->parts, "Force the fused path's K parts per CTA, 1/2/4/8 (0 = automatic)")
+  app->add_option("--parts", o->parts,
+                  "Force the fused path's K parts per CTA, 1/2/4/8 (0 = automatic). A shape the planner refuses "
+                  "under --splits / --parts / --x-staging is reported as 'refused:' and skipped")
       ->capture_default_str();
   app->add_option(
          "--x-staging", o->x_staging,

@@ -243,6 +243,24 @@ std::vector<Case> gemm_cases() {
       v.push_back({fmt, d, 9, 40, 200, GemmPath::kFused, 0, Activation::kReLU6, true, d, 0, GemmXStaging::kRing});
     }
   }
+  // The X ring with K parts (session 27): each part's block of both slots, every part the same tile count. K =
+  // 4096 (int4 g128: 32 groups, 8 tiles per part at 8 parts: two whole ring blocks; int8: 128 tiles) and K = 3584
+  // (int4 g128 at 4 parts: 14 tiles, a last ring block of 2; int8 at 8 parts: 14 tiles) with two and one splits,
+  // N = 200 (the last row blocks past N), MT 1 and 2 (M = 12: token rows past M in both slots of every part).
+  for (const char* fmt : {"int4-g32", "int4-g128", "int4", "int4zp-g64", "int8-g32", "int8-g128", "int8"}) {
+    for (GemmDType d : {bf, hf}) {
+      for (int m : {1, 5, 12, 16}) {
+        for (int parts : {2, 4, 8}) {
+          for (int k : {4096, 3584}) {
+            // 28 g128 groups do not split over 8 parts (refused: GemmErrors.FusedPathLimitAndWorkspace's case).
+            if (k == 3584 && parts == 8 && std::string(fmt).find("g128") != std::string::npos) continue;
+            v.push_back({fmt, d, m, 200, k, GemmPath::kFused, k == 4096 ? 2 : 1, Activation::kNone, false, d, parts,
+                         GemmXStaging::kRing});
+          }
+        }
+      }
+    }
+  }
   // K parts per CTA (v12): the same long slices split into 2, 4 and 8 parts of whole groups, the last part
   // shorter or empty (K = 4160: 33 int4 g128 groups over 8 parts of 5; 65 per-channel tiles over 8 parts of 9),
   // each CTA's parts added in shared memory, with one and three splits (the parts of a slice, then the split-K
@@ -761,11 +779,16 @@ TEST(GemmErrors, FusedPathLimitAndWorkspace) {
   s = gemm(p, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
   EXPECT_NE(s.message().find("M 17"), std::string::npos) << s.message();
+  // With parts, every part of every slice must hold the same tile count: K = 4160 ends in a one-tile group, so
+  // no slice of it splits evenly over 2 parts (K = 4096 does, and runs: GemmGpu's ring-with-parts cases).
   p.m = 4;
   p.num_parts = 2;
+  p.w.layout = WeightLayout{WeightFormat{WeightKind::kINT4, 128}, 256, 4160};
   s = gemm(p, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
-  EXPECT_NE(s.message().find("num_parts is 2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("num_parts 2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("K 4160"), std::string::npos) << s.message();
+  p.w.layout = WeightLayout{WeightFormat{WeightKind::kINT4, 128}, 256, 4096};
   p.num_parts = 0;
   p.ldx = 4100;  // rows not 16-byte aligned
   s = gemm(p, nullptr);

@@ -35,9 +35,11 @@ enum class GemmPath : uint8_t { kAuto = 0, kFused, kDequantCublas };
 const char* gemm_path_name(GemmPath p);
 
 // How the fused kernel stages X in shared memory: the CTA's whole K slice in its prologue (kSlice), or through a
-// ring of two slots of one ring block each (kRing: 256 K values for int4, 128 for int8), refilled as the warps
-// stream their weight tiles, so that shared memory does not grow with the slice. kRing needs M <= 16, one K part
-// per CTA and 16-byte X rows (K % 8 == 0, ldx % 8 == 0, X 16-byte aligned). kAuto takes the ring where it can.
+// ring of two slots of one ring block per K part each (kRing: 256 K values for int4, 128 for int8), refilled as
+// the warps stream their weight tiles, so that shared memory does not grow with the slice. kRing needs M <= 16 and
+// 16-byte X rows (K % 8 == 0, ldx % 8 == 0, X 16-byte aligned); with several K parts per CTA, every part of every
+// K slice must hold the same number of weight tiles in whole groups (else InvalidArgument naming num_parts and K).
+// kAuto weighs both stagings where they can run.
 enum class GemmXStaging : uint8_t { kAuto = 0, kSlice, kRing };
 const char* gemm_x_staging_name(GemmXStaging s);
 

@@ -125,11 +125,18 @@ __host__ __device__ constexpr bool fused_loop_sums(int mt) {
 __host__ __device__ constexpr int fused_xsum_tasks(int n_seg) {
   return n_seg < 8 ? 8 : n_seg;
 }
-// ring_k: K values per X ring slot, 0 = the whole slice of kc staged.
+// ring_k: K values per X ring slot, 0 = the whole slice of kc staged. With the ring, each of a CTA's K parts
+// (kBlockN / cta_rows) has its own block in each of the two slots.
 __host__ __device__ constexpr int fused_smem_bytes(int mt, int m, int kc, int n_seg, int cta_rows, int ring_k) {
   return fused_depth(mt) * kWarps * 512 +
-         fused_x_rows(mt, m) * (ring_k > 0 ? 2 * (ring_k + kXPadHalves) : kc + kXPadHalves) * 2 + n_seg * cta_rows * 4 +
-         (fused_loop_sums(mt) ? 0 : (fused_xsum_tasks(n_seg) + n_seg) * mt * 8 * 4);
+         fused_x_rows(mt, m) * (ring_k > 0 ? 2 * (kBlockN / cta_rows) * (ring_k + kXPadHalves) : kc + kXPadHalves) * 2 +
+         n_seg * cta_rows * 4 + (fused_loop_sums(mt) ? 0 : (fused_xsum_tasks(n_seg) + n_seg) * mt * 8 * 4);
+}
+// The X ring with several K parts per CTA needs every part of every slice to hold the same number of tiles, so
+// that all warps take the ring's block barriers together: slice_tiles split into whole groups of tpg tiles, the
+// same count per part, none shorter.
+__host__ __device__ constexpr bool fused_ring_parts_even(int slice_tiles, int tpg, int parts) {
+  return parts == 1 || ((slice_tiles + tpg - 1) / tpg + parts - 1) / parts * tpg * parts == slice_tiles;
 }
 // The parts' reduction reuses the weight ring: 8 warps x 32 lanes x MT * 4 fp32 sums.
 __host__ __device__ constexpr bool fused_parts_supported(int mt) {
@@ -393,11 +400,13 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   const int seg_len = per_channel ? part_tiles * D::kChunkK : p.group_k;
   const int n_seg = (slice + seg_len - 1) / seg_len;
   const int seg0 = pc0 * D::kChunkK / seg_len;  // this part's first segment
-  // X in shared memory: the whole slice (row stride kc + pad), or two ring slots of kRingK (p.x_ring).
+  // X in shared memory: the whole slice (row stride kc + pad), or two ring slots of kRingK (p.x_ring), each
+  // holding one block per K part (the planner gives every part the same tile count, fused_ring_parts_even).
   constexpr int kRingK = fused_ring_k(MT, D::kChunkK);
   const bool x_ring = fused_ring_supported(MT) && p.x_ring;
   const int xs_stride = (x_ring ? kRingK : p.kc) + kXPadHalves;
-  const int xslot_halves = fused_x_rows(MT, p.m) * xs_stride;  // one ring slot
+  const int xpart_halves = fused_x_rows(MT, p.m) * xs_stride;      // one part's block of a ring slot
+  const int xslot_halves = (x_ring ? p.parts : 1) * xpart_halves;  // one ring slot (or the staged slice)
 
   const int xrows = min(p.m, kRows);
   const uint32_t ring_sh = static_cast<uint32_t>(__cvta_generic_to_shared(smem));  // [kDepth][kWarps][512 B]
@@ -428,10 +437,12 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   const uint32_t xb_lane = static_cast<uint32_t>(__cvta_generic_to_shared(x_sh)) +
                            static_cast<uint32_t>((lrow * xs_stride + 8 * (lane >> 3)) * 2);
   const uint32_t xj_stride = static_cast<uint32_t>(8 * xs_stride * 2);  // bytes between token tiles
+  // This warp's X in slot 0 of the ring (its part's block), or at its part's first column of the staged slice.
+  const uint32_t xw_lane = xb_lane + static_cast<uint32_t>(x_ring ? part * xpart_halves * 2 : pc0 * D::kChunkK * 2);
 
-  // X ring (p.x_ring): slot b & 1 takes X[0 .. xrows) x [k0 + b * kRingK, + kRingK) of ring block b (zeros
-  // past K), by 16-byte cp.async of the whole CTA (x_vec holds); the rows past M of the MMA's token tiles (MT =
-  // 2) are zeroed once in the prologue.
+  // X ring (p.x_ring): slot b & 1 takes, for each part pp, X[0 .. xrows) x [k0 + pp * part_k + b * kRingK,
+  // + kRingK) of ring block b (zeros past K), by 16-byte cp.async of the whole CTA (x_vec holds); the rows past M
+  // of the MMA's token tiles (MT = 2) are zeroed once in the prologue.
   const uint16_t* x_gl = static_cast<const uint16_t*>(p.x);
   // Each thread copies the same (row, column) pieces of every block: their addresses are computed once (v13b;
   // a loop over the pieces with its index arithmetic in every block was ~20% of the instructions at M = 16).
@@ -445,9 +456,14 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
     xsrc[q] = x_gl + r * p.ldx + c;
     xdst[q] = x_ring && i < xrows * kVecs ? static_cast<uint32_t>((r * xs_stride + c) * 2) : ~0u;
   }
-  auto stage_x_block = [&](int b) {
-    const int kb = k0 + b * kRingK;
-    uint8_t* slot = reinterpret_cast<uint8_t*>(x_sh + (b & 1) * xslot_halves);
+  // Block b of every part: part pp's block starts pp * part_tiles tiles into the slice (each thread copies the
+  // same pieces of every part's block). One part is its own branch, the code it had before parts took the ring
+  // (with the loop for every ring the bench took 1.000-1.012x the time, geometric mean per format and card:
+  // docs/results/gemm_ring_parts_branch_s27.txt).
+  const int part_k = part_tiles * D::kChunkK;
+  auto stage_x_part = [&](int b, int pp) {
+    const int kb = k0 + pp * part_k + b * kRingK;
+    uint8_t* slot = reinterpret_cast<uint8_t*>(x_sh + (b & 1) * xslot_halves + pp * xpart_halves);
     const bool whole = kb + kRingK <= p.k;  // no piece of the block past K (all but a last block)
 #pragma unroll
     for (int q = 0; q < kPieces; ++q) {
@@ -457,6 +473,13 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       } else {
         *reinterpret_cast<uint4*>(slot + xdst[q]) = make_uint4(0, 0, 0, 0);
       }
+    }
+  };
+  auto stage_x_block = [&](int b) {
+    if (p.parts == 1) {
+      stage_x_part(b, 0);
+    } else {
+      for (int pp = 0; pp < p.parts; ++pp) stage_x_part(b, pp);
     }
   };
 
@@ -469,10 +492,11 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       if (x_ring) {
         stage_x_block(0);
         if constexpr (MT > 1) {
-          for (int i = threadIdx.x; i < 2 * (kRows - xrows) * (kRingK / 8); i += kThreads) {
-            const int r = xrows + (i / (kRingK / 8)) % (kRows - xrows), c = (i % (kRingK / 8)) * 8;
-            *reinterpret_cast<uint4*>(x_sh + (i >= (kRows - xrows) * (kRingK / 8) ? xslot_halves : 0) + r * xs_stride +
-                                      c) = make_uint4(0, 0, 0, 0);
+          // Rows xrows .. kRows of every part's block in both slots (2 * parts blocks, xpart_halves apart).
+          const int zr = kRows - xrows;
+          for (int i = threadIdx.x; i < 2 * p.parts * zr * kVecs; i += kThreads) {
+            const int r = xrows + (i / kVecs) % zr, c = (i % kVecs) * 8, blk = i / (kVecs * zr);
+            *reinterpret_cast<uint4*>(x_sh + blk * xpart_halves + r * xs_stride + c) = make_uint4(0, 0, 0, 0);
           }
         }
       } else if (p.x_vec && MT == 1) {
@@ -716,7 +740,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       }
     };
     const uint8_t* wp = w_gl + kDepth * 512;  // the tile kDepth ahead
-    uint32_t xa = xb_lane + static_cast<uint32_t>(pc0 * D::kChunkK * 2);
+    uint32_t xa = xw_lane;
     int seg = seg0;
     const int n_full = nch / kDepth * kDepth;
     const uint32_t xslot_bytes = static_cast<uint32_t>(xslot_halves * 2);
@@ -746,7 +770,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       }
       wp += kDepth * 512;
       if (x_ring) {
-        xa = (c0 / kDepth) % 2 == 0 ? xb_lane + xslot_bytes : xb_lane;  // the next block's slot
+        xa = (c0 / kDepth) % 2 == 0 ? xw_lane + xslot_bytes : xw_lane;  // the next block's slot
       } else {
         xa += static_cast<uint32_t>(kDepth * D::kChunkK * 2);
       }

@@ -92,7 +92,7 @@ Status prepare_kernel(const void* func, int smem) {
   return Status::Ok();
 }
 
-// The fused kernel's launch shape: K parts per CTA (1, 2, 4, 8), K slices (split-K) and, with one part, how X is
+// The fused kernel's launch shape: K parts per CTA (1, 2, 4, 8), K slices (split-K) and at M <= 16 how X is
 // staged (the whole slice or the ring), the candidate with the least estimated time in µs. At M <= 16 (MT 1, 2):
 //   waves x (max(stream, per_warp) + kFixedUs) + ceil(CTAs / SMs) x kCtaUs + X staging
 //   + (splits > 1 ? kSplitUs + kSplitUsPerMB x atomics MB : 0)
@@ -100,22 +100,30 @@ Status prepare_kernel(const void* func, int smem) {
 // kStreamBytesPerUs (v13: the CTAs do not spread evenly over the SMs, and the SMs with one CTA more finish
 // last); per_warp = tiles per warp x kTileUs (x kTileMt2 at 16 tokens): one warp's 4-deep ring at the loaded
 // latency, so that few warps cannot stream the chip's bandwidth; kCtaUs the per-CTA prologue and epilogue an
-// SM serializes; X staging = kXStageUsPerMB x CTAs x slice x staged rows x 2 bytes for the slice, kRingUs for
-// the ring (its copies overlap the stream; its per-block barriers cost about that much, measured at M = 1); the
+// SM serializes; X staging = kXStageUsPerMB x CTAs x slice x staged rows x 2 bytes for the slice; for the ring
+// (its copies overlap the stream) kRingUs (its per-block barriers, measured at M = 1) + kRingUsPerPart per K part
+// past the first + kRingUsPerMB x the X bytes it copies (CTAs x slice x staged rows x 2: with K parts a CTA covers
+// fewer rows, so its X costs more per weight byte); the
 // split-K epilogue grows with its atomics (M x n_pad x splits x 4 bytes). The constants were fitted in v12 to a
 // grid of 36 forced (parts, splits) launches x 7 shapes x M = 1, 4, 16 x int4-g128 / int8 on the H200
 // (docs/gemm.md); v13 added the busiest-SM stream and kRingUs, checked against a grid of forced splits x
 // (slice, ring) x the 7 shapes x M = 1, 4, 8, 16 (docs/results/gemm_v13_grid_h200.txt): geometric mean of the
-// chosen plan's time over the best measured one 1.015, 8% off at worst. At M >= 17 (MT 4, 8; not in the grids)
-// the v10 estimate stands: one part, waves x (tiles per warp + 4). Forced counts (GemmParams::num_splits /
-// num_parts / x_staging) are taken as given, the others chosen.
+// chosen plan's time over the best measured one 1.015, 8% off at worst. Session 27 let the ring take K parts and
+// fitted its three terms (kRingUs was 1.2 and alone) to two grids of forced (staging, parts, splits) x the 7 shapes
+// x M = 1, 4, 8, 16 x int4-g128 / int8, one per card (docs/results/gemm_ring_parts_grid_s27_{h100,h200}.txt):
+// chosen over best 1.015 on the H100 and 1.017 on the H200 (the session-26 planner: 1.038 / 1.029), picking among
+// the fits of that quality the one whose choices lose at most 4% to the old planner's on every cell. At M >= 17
+// (MT 4, 8; not in the grids) the v10 estimate stands: one part, waves x (tiles per warp + 4). Forced counts
+// (GemmParams::num_splits / num_parts / x_staging) are taken as given, the others chosen.
 constexpr double kStreamBytesPerUs = 3.6e6;
 constexpr double kTileUs = 0.28;
 constexpr double kTileMt2 = 0.89;
 constexpr double kFixedUs = 1.46;
 constexpr double kCtaUs = 1.0;
 constexpr double kXStageUsPerMB = 0.41;
-constexpr double kRingUs = 1.2;
+constexpr double kRingUs = 0.6;
+constexpr double kRingUsPerPart = 0.1;
+constexpr double kRingUsPerMB = 0.25;
 constexpr double kSplitUs = 2.56;
 constexpr double kSplitUsPerMB = 2.94;
 constexpr double kV10FixedTiles = 4.0;
@@ -153,8 +161,9 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
   };
   // Segments of a slice: groups, or per channel one per part (an upper bound for the last, shorter slice too).
   auto segs = [&](int kc, int parts) { return per_channel ? parts : (kc + gs - 1) / gs; };
-  // X staging of a candidate: with one part, M <= 16 and 16-byte X rows both the slice and the ring (whose
-  // shared memory does not grow with the slice) are candidates, unless one is asked for.
+  // X staging of a candidate: at M <= 16 with 16-byte X rows both the slice and the ring (whose shared memory does
+  // not grow with the slice) are candidates, unless one is asked for; the ring with several parts only where every
+  // part of every slice holds the same tile count (session 27; before, the ring took one part only).
   const bool ring_ok = wq::fused_ring_supported(plan->mt) && plan->x_vec && p.x_staging != GemmXStaging::kSlice;
   const bool slice_ok = p.x_staging != GemmXStaging::kRing;
   const int ring_slot_k = wq::fused_ring_k(plan->mt, chunk);
@@ -175,6 +184,11 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
     const int slice_tiles = kc / chunk;
     const int slice_groups = (slice_tiles + tpg - 1) / tpg;
     if (p.num_parts == 0 && slice_groups < parts) return c;  // some warps would have nothing to stream
+    // The ring with parts: every part of every slice (the last, shorter one too) the same tile count.
+    const int last_tiles = (L.k_pad() - (c.splits - 1) * kc) / chunk;
+    if (ring &&
+        !(wq::fused_ring_parts_even(slice_tiles, tpg, parts) && wq::fused_ring_parts_even(last_tiles, tpg, parts)))
+      return c;
     const int part_tiles = (slice_groups + parts - 1) / parts * tpg;
     if (fitted) {
       const double per_warp = part_tiles * kTileUs * (plan->mt == 2 ? kTileMt2 : 1.0);
@@ -183,7 +197,8 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
       const double x_mb = double(ctas) * kc * wq::fused_x_rows(plan->mt, p.m) * 2.0 / 1e6;
       const double atomics_mb = double(p.m) * L.n_pad() * c.splits * 4.0 / 1e6;
       c.cost = double(waves) * (std::max(stream, per_warp) + kFixedUs) +
-               double((ctas + sm_count - 1) / sm_count) * kCtaUs + (ring ? kRingUs : kXStageUsPerMB * x_mb) +
+               double((ctas + sm_count - 1) / sm_count) * kCtaUs +
+               (ring ? kRingUs + kRingUsPerPart * (parts - 1) + kRingUsPerMB * x_mb : kXStageUsPerMB * x_mb) +
                (c.splits > 1 ? kSplitUs + kSplitUsPerMB * atomics_mb : 0.0);
     } else {
       c.cost = double(waves) * (double(part_tiles) + kV10FixedTiles);
@@ -198,7 +213,7 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
     if (parts > 1 && !wq::fused_parts_supported(plan->mt)) continue;
     if (parts > 1 && !fitted && p.num_parts == 0) continue;  // not measured at MT >= 4: one part
     for (bool ring : {false, true}) {
-      if (ring ? !(ring_ok && parts == 1) : !slice_ok) continue;
+      if (ring ? !ring_ok : !slice_ok) continue;
       // The widest slice (a multiple of align) whose shared memory fits one CTA per SM.
       const int cta_rows = wq::kBlockN / parts;
       int kc_max = 0;
@@ -221,6 +236,11 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
       }
     }
   }
+  if (!best.ok && p.x_staging == GemmXStaging::kRing && p.num_parts > 1)
+    return invalid("x_staging ring with num_parts " + std::to_string(p.num_parts) +
+                   " needs every K part of a slice to hold the same number of " + std::to_string(chunk) +
+                   "-value tiles in whole groups: K " + std::to_string(L.k) + " (" + L.format.name() + ", num_splits " +
+                   std::to_string(p.num_splits) + ") does not split so");
   if (!best.ok)
     return Status(StatusCode::kUnsupported, "fused kernel: no K slice of " + L.format.name() + " at M " +
                                                 std::to_string(p.m) + " fits the device's " +
@@ -293,8 +313,6 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
     if (p.x_staging == GemmXStaging::kRing) {
       if (!wq::fused_ring_supported(plan->mt))
         return invalid("x_staging ring is not supported at M " + std::to_string(p.m) + " (needs M <= 16)");
-      if (p.num_parts > 1)
-        return invalid("x_staging ring needs one K part per CTA, num_parts is " + std::to_string(p.num_parts));
       if (!plan->x_vec)
         return invalid("x_staging ring needs 16-byte X rows: K " + std::to_string(L.k) + " and ldx " +
                        std::to_string(plan->ldx) + " multiples of 8 and X 16-byte aligned");
