@@ -109,10 +109,10 @@ Status prepare_kernel(const void* func, int smem) {
 // (docs/gemm.md); v13 added the busiest-SM stream and kRingUs, checked against a grid of forced splits x
 // (slice, ring) x the 7 shapes x M = 1, 4, 8, 16 (docs/results/gemm_v13_grid_h200.txt): geometric mean of the
 // chosen plan's time over the best measured one 1.015, 8% off at worst. Session 27 let the ring take K parts and
-// fitted its three terms (kRingUs was 1.2 and alone) to two grids of forced (staging, parts, splits) x the 7 shapes
-// x M = 1, 4, 8, 16 x int4-g128 / int8, one per card (docs/results/gemm_ring_parts_grid_s27_{h100,h200}.txt):
-// chosen over best 1.015 on the H100 and 1.017 on the H200 (the session-26 planner: 1.038 / 1.029), picking among
-// the fits of that quality the one whose choices lose at most 4% to the old planner's on every cell. At M >= 17
+// fitted its three terms (kRingUs was 1.2 and alone) to grids of forced (staging, parts, splits) x the 7 shapes x
+// M = 1, 4, 8, 16 x int4-g128 / int8, two per card (docs/results/gemm_ring_parts_grid_s27_{h100,h200}.txt): chosen
+// over best 1.009 on the H100 and 1.010 on the H200 (the session-26 planner: 1.037 / 1.025); the same constants fit
+// best on the two cards' first grids alone and on their second grids alone. At M >= 17
 // (MT 4, 8; not in the grids) the v10 estimate stands: one part, waves x (tiles per warp + 4). Forced counts
 // (GemmParams::num_splits / num_parts / x_staging) are taken as given, the others chosen.
 constexpr double kStreamBytesPerUs = 3.6e6;
@@ -121,9 +121,9 @@ constexpr double kTileMt2 = 0.89;
 constexpr double kFixedUs = 1.46;
 constexpr double kCtaUs = 1.0;
 constexpr double kXStageUsPerMB = 0.41;
-constexpr double kRingUs = 0.6;
+constexpr double kRingUs = 0.3;
 constexpr double kRingUsPerPart = 0.1;
-constexpr double kRingUsPerMB = 0.25;
+constexpr double kRingUsPerMB = 0.3;
 constexpr double kSplitUs = 2.56;
 constexpr double kSplitUsPerMB = 2.94;
 constexpr double kV10FixedTiles = 4.0;
