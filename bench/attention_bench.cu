@@ -351,6 +351,7 @@ struct Ceilings {
   double read_gbps = 0;
   int read_blocks = 0;
   int read_threads = 0;
+  int read_two_blocks = 0;  // grid of read_two_stream_kernel (512 threads): the --read-bound kernel
 };
 
 Ceilings measure_ceilings(const DeviceInfo& dev, cudaStream_t stream) {
@@ -395,9 +396,8 @@ Ceilings measure_ceilings(const DeviceInfo& dev, cudaStream_t stream) {
 
   // (b) read-only stream over the whole buffer, every SM fully occupied.
   c.read_threads = 512;
-  int blocks_per_sm = 0;
-  BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, read_stream_kernel, c.read_threads, 0));
-  c.read_blocks = std::max(1, blocks_per_sm) * dev.sm_count;
+  c.read_blocks = full_grid_blocks(read_stream_kernel, c.read_threads, dev.sm_count);
+  c.read_two_blocks = full_grid_blocks(read_two_stream_kernel, 512, dev.sm_count);
   c.read_bytes = bytes;
   c.read = time_runs([&] {
     read_stream_kernel<<<c.read_blocks, c.read_threads, 0, stream>>>(buf.as<const uint4>(), bytes / 16,
@@ -934,17 +934,14 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
   // --read-bound (contiguous): the read ceiling's kernel over set i's K and V, timed like the case (and, with --graph,
   // in a graph of as many back-to-back reads, replayed in turn with the case's graph).
   const bool read_bound = opts.read_bound && !paged;
-  int read_blocks = 0;
   DeviceBuffer sink(read_bound ? 16 : 0);
   std::function<Status(int)> read_launch;
   if (read_bound) {
-    BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&read_blocks, read_two_stream_kernel, 512, 0));
-    read_blocks = std::max(1, read_blocks) * dev.sm_count;
     read_launch = [&](int i) {
       const Set& set = sets[size_t(i) % sets.size()];
-      read_two_stream_kernel<<<read_blocks, 512, 0, stream>>>(set.k.as<const uint4>(), set.k.bytes() / 16,
-                                                              set.v.as<const uint4>(), set.v.bytes() / 16,
-                                                              sink.as<uint32_t>());
+      read_two_stream_kernel<<<ceil.read_two_blocks, 512, 0, stream>>>(set.k.as<const uint4>(), set.k.bytes() / 16,
+                                                                       set.v.as<const uint4>(), set.v.bytes() / 16,
+                                                                       sink.as<uint32_t>());
       const cudaError_t err = cudaGetLastError();
       return err == cudaSuccess
                  ? Status::Ok()

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <stdexcept>
@@ -113,6 +114,15 @@ static __global__ void __launch_bounds__(512)
     acc ^= p.x ^ p.y ^ p.z ^ p.w;
   }
   if (acc == 0x9E3779B9u) sink[0] = acc;
+}
+
+// Blocks of `threads` threads (no dynamic shared memory) that fill every SM with `kernel`: the grid of the streaming
+// kernels above.
+template <class Kernel>
+int full_grid_blocks(Kernel kernel, int threads, int sm_count) {
+  int per_sm = 0;
+  BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  return std::max(1, per_sm) * sm_count;
 }
 
 // The floor of any timed launch: an empty kernel between the same pair of events.

@@ -197,6 +197,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
     const std::vector<ShapeNK> shapes = parse_shapes(o.shapes);
     // --read-bound rows exist at M <= 16 only.
     const bool read_bound = o.read_bound && *std::min_element(ms.begin(), ms.end()) <= 16;
+    const int read_blocks = read_bound ? full_grid_blocks(read_two_stream_kernel, 512, prop.multiProcessorCount) : 0;
 
     cudaStream_t stream;
     BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -223,9 +224,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
       const size_t bytes = size_t(2) << 30;
       Buf buf(bytes), sink(16);
       fill(buf, 2, 1, stream);
-      int bps = 0;
-      BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, read_stream_kernel, 512, 0));
-      const int blocks = std::max(1, bps) * prop.multiProcessorCount;
+      const int blocks = full_grid_blocks(read_stream_kernel, 512, prop.multiProcessorCount);
       const double us = timer.time(3, std::min(o.iters, 20), [&](int) {
         read_stream_kernel<<<blocks, 512, 0, stream>>>(static_cast<const uint4*>(buf.get()), bytes / 16,
                                                        static_cast<uint32_t*>(sink.get()));
@@ -405,15 +404,12 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
           // read), timed the same way: what any kernel that must read those bytes could show under this timing, and
           // so the largest "x cuBLAS" the format can reach at this shape in this run.
           if (read_bound && m <= 16) {
-            int bps = 0;
-            BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, read_two_stream_kernel, 512, 0));
-            const int blocks = std::max(1, bps) * prop.multiProcessorCount;
             Buf sink(16);
             for (Packed& pk : packed) {
               const int psets = int(pk.codes.size());
               const size_t wbytes = pk.L.code_bytes() + pk.L.meta_bytes();
               auto read = [&](int i) {
-                read_two_stream_kernel<<<blocks, 512, 0, stream>>>(
+                read_two_stream_kernel<<<read_blocks, 512, 0, stream>>>(
                     static_cast<const uint4*>(pk.codes[i % psets].get()), pk.L.code_bytes() / 16,
                     static_cast<const uint4*>(pk.meta[i % psets].get()), pk.L.meta_bytes() / 16,
                     static_cast<uint32_t*>(sink.get()));

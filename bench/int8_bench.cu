@@ -202,9 +202,7 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
       const size_t bytes = size_t(2) << 30;
       Buf buf(bytes), sink(16);
       fill(buf, 1, 1, stream);
-      int bps = 0;
-      BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, read_stream_kernel, 512, 0));
-      const int blocks = std::max(1, bps) * prop.multiProcessorCount;
+      const int blocks = full_grid_blocks(read_stream_kernel, 512, prop.multiProcessorCount);
       double us = timer.time(3, std::min(o.iters, 20), [&](int) {
         read_stream_kernel<<<blocks, 512, 0, stream>>>(buf.as<const uint4>(), bytes / 16, sink.as<uint32_t>());
       });
@@ -558,6 +556,9 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
       const std::vector<int> rms_m = o.rms_m.empty() ? std::vector<int>{1, 16, 256, 1024, 4096} : o.rms_m;
       const std::vector<int> rms_k = o.rms_k.empty() ? std::vector<int>{2048, 4096, 8192, 14336} : o.rms_k;
       json rc = json::array();
+      // The copy bound's grid: every SM full, or fewer blocks than that for a small X (below).
+      const int copy_full_blocks =
+          o.rms_bound ? full_grid_blocks(narrow_copy_kernel, 512, prop.multiProcessorCount) : 0;
       out << fmt::format("\n{:>5} {:>6} {:>16} {:>9} {:>8} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6}\n",
                          "M", "K", "kernel", "us", "GB/s", "% read", "% copy", "graph us", "GB/s", "% read", "% copy",
                          "pdl us", "% copy", "MHz");
@@ -612,11 +613,8 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
             // The same bytes moved by narrow_copy_kernel (X read, half of it written; rows packed, K % 8 == 0 only),
             // timed the same way: the "% copy" a quantizer of this size could reach under this timing.
             if (k % 8 == 0) {
-              int bps = 0;
-              BENCH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, narrow_copy_kernel, 512, 0));
               const uint64_t pieces = xbytes / 16;
-              const int blocks = int(std::min<uint64_t>(uint64_t(std::max(1, bps)) * prop.multiProcessorCount,
-                                                        std::max<uint64_t>(1, (pieces + 511) / 512)));
+              const int blocks = int(std::min<uint64_t>(copy_full_blocks, std::max<uint64_t>(1, (pieces + 511) / 512)));
               auto copy = [&](int i) {
                 narrow_copy_kernel<<<blocks, 512, 0, stream>>>(xs[i % sets].as<const uint4>(), qs[i % sets].as<uint2>(),
                                                                pieces);
