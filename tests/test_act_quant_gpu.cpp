@@ -263,6 +263,60 @@ TEST(ActQuantRmsNorm, ExactSumRows) {
   }
 }
 
+// bf16 rows at the bottom of the range, where the kernel's bit-level bf16 -> double conversion of the sum of squares
+// maps a zero or subnormal x to a value below 2^-126 (act_quant.cu): the codes and scales must still be the CPU's bit
+// for bit. Rows: bf16 subnormals only; subnormals among normals near 2^-126; zeros with one normal 2^-100; zeros with
+// one 1.0; N(0, 1) with a fifth of the elements subnormal; all zero. Each with eps 1e-6 and 0.
+TEST(ActQuantRmsNorm, SubnormalAndZeroRows) {
+  QDEC_SKIP_WITHOUT_GPU();
+  QDEC_TEST_RNG(rng);
+  const int m = 6, k = 4096;
+  std::normal_distribution<float> nd(0.f, 1.f);
+  auto subnormal = [&] { return uint16_t((rng() % 2) << 15 | (1 + rng() % 127)); };  // exponent 0, mantissa != 0
+  std::vector<uint16_t> xb(size_t(m) * k, 0), wb(k);
+  for (int i = 0; i < k; ++i) {
+    xb[i] = subnormal();
+    xb[k + i] = i % 3 == 0 ? subnormal()
+                           : float_to_bf16_bits(std::ldexp(1.f + float(rng() % 128) / 128.f, -126 + int(rng() % 6)));
+    xb[4 * size_t(k) + i] = i % 5 == 0 ? subnormal() : float_to_bf16_bits(nd(rng));
+    wb[i] = float_to_bf16_bits(0.5f + float(rng() % 100) / 100.f);
+  }
+  xb[2 * size_t(k) + rng() % k] = float_to_bf16_bits(std::ldexp(1.f, -100));
+  xb[3 * size_t(k) + rng() % k] = float_to_bf16_bits(1.f);
+  std::vector<float> xf(xb.size()), wf(k);
+  for (size_t i = 0; i < xb.size(); ++i) xf[i] = bf16_bits_to_float(xb[i]);
+  for (int i = 0; i < k; ++i) wf[i] = bf16_bits_to_float(wb[i]);
+  const long long ldq = k;
+  DeviceBuffer dx(xb.size() * 2), dw(k * 2), dq(m * ldq), ds(m * 4), dsum(m * 4);
+  QDEC_CUDA_CHECK(cudaMemcpy(dx.get(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+  QDEC_CUDA_CHECK(cudaMemcpy(dw.get(), wb.data(), k * 2, cudaMemcpyHostToDevice));
+  for (float eps : {1e-6f, 0.f}) {
+    Int8Activations ref;
+    QDEC_ASSERT_OK(rmsnorm_quantize_int8(xf.data(), wf.data(), m, k, eps, &ref));
+    QDEC_CUDA_CHECK(cudaMemset(dq.get(), kCodePoison, dq.bytes()));
+    QDEC_CUDA_CHECK(cudaMemset(ds.get(), 0xFF, ds.bytes()));
+    QDEC_CUDA_CHECK(cudaMemset(dsum.get(), 0xFF, dsum.bytes()));
+    RmsNormQuantParams p;
+    p.out =
+        ActQuantParams{m, k, GemmDType::kBF16, dx.get(), 0, dq.as<int8_t>(), ldq, ds.as<float>(), dsum.as<int32_t>()};
+    p.weight = dw.get();
+    p.eps = eps;
+    QDEC_ASSERT_OK(rmsnorm_quantize(p, nullptr));
+    std::vector<int8_t> q(m * ldq);
+    std::vector<float> s(m);
+    std::vector<int32_t> sum(m);
+    QDEC_CUDA_CHECK(cudaMemcpy(q.data(), dq.get(), q.size(), cudaMemcpyDeviceToHost));
+    QDEC_CUDA_CHECK(cudaMemcpy(s.data(), ds.get(), m * 4, cudaMemcpyDeviceToHost));
+    QDEC_CUDA_CHECK(cudaMemcpy(sum.data(), dsum.get(), m * 4, cudaMemcpyDeviceToHost));
+    for (int r = 0; r < m; ++r) {
+      ASSERT_EQ(bits(s[r]), bits(ref.scale[r])) << "eps " << eps << " row " << r;
+      ASSERT_EQ(sum[r], ref.row_sum[r]) << "eps " << eps << " row " << r;
+      for (int i = 0; i < k; ++i)
+        ASSERT_EQ(q[r * ldq + i], ref.q[size_t(r) * k + i]) << "eps " << eps << " row " << r << " col " << i;
+    }
+  }
+}
+
 // ---- per-block quantizer -------------------------------------------------------------------------------------------
 
 struct BlockCase {

@@ -170,6 +170,35 @@ TEST(Int8Quant, RmsNormQuantizeMatchesDirectComputation) {
   }
 }
 
+// The sum of squares is defined per 8-element chunk (qdec/int8_quant.h): an fp32 FMA chain, float64 across chunks, and
+// the chunk's float64 sum where the chain overflows. Hand rows where that definition and a float64 sum of every square
+// give different ms.
+TEST(Int8Quant, RmsNormSumOfSquaresPerChunk) {
+  std::vector<float> w(16, 1.0f), y(16);
+  Int8Activations a;
+  // 1 followed by seven 2^-12: in the fp32 chain every 1 + 2^-24 rounds (ties to even) back to 1, so ss = 1 and ms =
+  // 1 / 8 exactly; a float64 sum would give 1 + 7 * 2^-24 and a larger fp32 ms.
+  std::vector<float> x(8, std::ldexp(1.0f, -12));
+  x[0] = 1.0f;
+  ASSERT_TRUE(rmsnorm_quantize_int8(x.data(), w.data(), 1, 8, 0.0f, &a, y.data()).ok());
+  const float r = 1.0f / std::sqrt(0.125f);
+  EXPECT_EQ(y[0], r);
+  EXPECT_NE(y[0], 1.0f / std::sqrt(static_cast<float>((1.0 + 7.0 * std::ldexp(1.0, -24)) / 8.0)));
+  // Two chunks: each part is rounded on its own (here exactly), then added in float64.
+  std::vector<float> x2(16, 0.0f);
+  x2[0] = 3.0f;
+  x2[8] = 4.0f;
+  ASSERT_TRUE(rmsnorm_quantize_int8(x2.data(), w.data(), 1, 16, 0.0f, &a, y.data()).ok());
+  EXPECT_EQ(y[0], 3.0f * (1.0f / std::sqrt(25.0f / 16.0f)));
+  // 2^65: its fp32 square overflows, so that chunk falls back to float64 and ms (2^130 / 8 = 2^127) stays finite.
+  std::vector<float> x3(8, 0.0f);
+  x3[0] = std::ldexp(1.0f, 65);
+  ASSERT_TRUE(rmsnorm_quantize_int8(x3.data(), w.data(), 1, 8, 0.0f, &a, y.data()).ok());
+  EXPECT_EQ(y[0], std::ldexp(1.0f, 65) * (1.0f / std::sqrt(std::ldexp(1.0f, 127))));
+  EXPECT_TRUE(std::isfinite(a.scale[0]));
+  EXPECT_GT(a.scale[0], 0.0f);
+}
+
 // ---- W8A8 --------------------------------------------------------------------------------------------------------
 
 TEST(W8A8, ChannelHandWritten) {

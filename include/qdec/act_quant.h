@@ -50,10 +50,11 @@ struct ActQuantParams {
 // Validate, then launch on `stream`. On error nothing is launched.
 Status quantize_activations(const ActQuantParams& p, cudaStream_t stream);
 
-// RMSNorm then the quantizer: ms = fp32(sum_k x^2 / k) with the sum in float64, r = 1 / sqrt(ms + eps) in fp32,
-// y = (x * r) * weight in fp32. The sum is a tree in float64: it equals the CPU's sequential float64 sum
-// whenever every partial sum is exact (bf16 / fp16 squares are exact in float64; docs/int8_gemm.md says when
-// partial sums round, and how rarely that reaches the fp32 ms).
+// RMSNorm then the quantizer: ms = fp32(ss / k), r = 1 / sqrt(ms + eps) in fp32, y = (x * r) * weight in fp32, with
+// ss the float64 sum of the row's 8-element chunks' fp32 FMA chains of squares (rmsnorm_quantize_int8 in
+// qdec/int8_quant.h specifies it). The kernels add the chunks' parts in their own float64 order: equal to the CPU's
+// whenever every partial sum is exact (docs/int8_gemm.md says when they round, and how rarely that reaches the fp32
+// ms).
 struct RmsNormQuantParams {
   ActQuantParams out;            // m, k, x_dtype, x, ldx, and the outputs as above
   const void* weight = nullptr;  // [k] RMSNorm gain, in x_dtype

@@ -39,9 +39,14 @@ struct Int8Activations {
 Status quantize_activations_int8(const float* x, int m, int k, Int8Activations* out);
 Status quantize_activations_int8_bf16(const uint16_t* x_bits, int m, int k, Int8Activations* out);
 
-// RMSNorm then the quantizer above: ms = fp32(sum_k x^2 / k) (the sum in float64), r = 1 / sqrt(ms + eps) in fp32,
-// y = (x * r) * weight[k] in fp32 (two roundings, that order). y_out (optional, [m, k]) receives y.
-// eps must be finite and >= 0. A row holding a non-finite x gives a non-finite ms; the quantizer rules then apply.
+// RMSNorm then the quantizer above: ms = fp32(ss / k), r = 1 / sqrt(ms + eps) in fp32, y = (x * r) * weight[k] in fp32
+// (two roundings, that order). y_out (optional, [m, k]) receives y. The sum of squares ss is float64 over the row's
+// chunks of 8 elements (the last one shorter), each chunk's part an fp32 chain p = fma(x7, x7, ... fma(x1, x1, x0 *
+// x0)) (one rounding per step), or, where p is not finite, the chunk's float64 sum ((x0^2 + x1^2) + x2^2) + ... (so a
+// finite x keeps its float64 square, and a non-finite x gives a non-finite ss). The order of the chunks' float64 sum is
+// not specified (the GPU kernels add them in their own order): it is exact, so order-free, while the parts span fewer
+// than about 29 - log2(k / 8) binades. eps must be finite and >= 0. A row holding a non-finite x gives a non-finite ms;
+// the quantizer rules then apply.
 Status rmsnorm_quantize_int8(const float* x, const float* weight, int m, int k, float eps, Int8Activations* out,
                              float* y_out = nullptr);
 Status rmsnorm_quantize_int8_bf16(const uint16_t* x_bits, const uint16_t* weight_bits, int m, int k, float eps,

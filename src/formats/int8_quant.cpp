@@ -130,6 +130,19 @@ Status quantize_activations_int8_bf16(const uint16_t* x_bits, int m, int k, Int8
   return quantize_activations_int8(x.data(), m, k, out);
 }
 
+namespace {
+// One chunk's part of the RMSNorm sum of squares (qdec/int8_quant.h): n <= 8 elements, an fp32 FMA chain, or the
+// float64 sum where that chain is not finite. The GPU kernels (act_quant.cu, chunk_ss) compute the same bits.
+double chunk_sum_squares(const float* x, int n) {
+  float p = x[0] * x[0];
+  for (int i = 1; i < n; ++i) p = std::fma(x[i], x[i], p);
+  if (std::isfinite(p)) return double(p);
+  double d = 0.0;
+  for (int i = 0; i < n; ++i) d += double(x[i]) * double(x[i]);
+  return d;
+}
+}  // namespace
+
 Status rmsnorm_quantize_int8(const float* x, const float* weight, int m, int k, float eps, Int8Activations* out,
                              float* y_out) {
   QDEC_RETURN_IF_ERROR(validate_mk("activation", m, k));
@@ -142,7 +155,7 @@ Status rmsnorm_quantize_int8(const float* x, const float* weight, int m, int k, 
   for (int i = 0; i < m; ++i) {
     const float* xr = x + size_t(i) * k;
     double ss = 0.0;
-    for (int c = 0; c < k; ++c) ss += double(xr[c]) * double(xr[c]);
+    for (int c = 0; c < k; c += 8) ss += chunk_sum_squares(xr + c, std::min(8, k - c));
     const float ms = static_cast<float>(ss / k);
     const float r = 1.0f / std::sqrt(ms + eps);
     for (int c = 0; c < k; ++c) y[size_t(i) * k + c] = (xr[c] * r) * weight[c];

@@ -155,6 +155,34 @@ struct RowArgs {
   int pdl = 0;   // streaming kernel launched as a programmatic dependent (ActQuantParams::pdl)
 };
 
+// The RMSNorm sum of squares of one 8-element vector (zeros past K), as qdec/int8_quant.h specifies it: an fp32 FMA
+// chain (x^2 is exact in fp32 for every fp16 x and every bf16 x of magnitude 2^-63 or more), or the float64 sum where
+// the chain is not finite (an x^2 past the fp32 range, or a non-finite x; rare). Session 28: with a float64 FMA per
+// element (and its F2F) the streaming kernel took 3% longer on the H200 over bench_int8's 12 RMSNorm shapes, 4096 x
+// 4096 78% of the copy ceiling against 81% (docs/int8_gemm.md).
+__device__ __forceinline__ double chunk_ss_f64_inline(const float (&x)[8]) {
+  double d = 0.0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) d = __dadd_rn(d, __dmul_rn(double(x[i]), double(x[i])));
+  return d;
+}
+__device__ __noinline__ double chunk_ss_f64(float x0, float x1, float x2, float x3, float x4, float x5, float x6,
+                                            float x7) {
+  const float x[8] = {x0, x1, x2, x3, x4, x5, x6, x7};
+  return chunk_ss_f64_inline(x);
+}
+// kOutline: the float64 fallback out of line (the streaming kernel's registers), else in line (the one-CTA-per-row
+// kernel, where the call cost a spill).
+template <bool kOutline>
+__device__ __forceinline__ double chunk_ss(const float (&x)[8]) {
+  float p = __fmul_rn(x[0], x[0]);
+#pragma unroll
+  for (int i = 1; i < 8; ++i) p = __fmaf_rn(x[i], x[i], p);
+  if (isfinite(p)) return double(p);
+  if constexpr (kOutline) return chunk_ss_f64(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]);
+  return chunk_ss_f64_inline(x);
+}
+
 // One CTA per row. kVpt > 0: the row (and the normalized row) lives in kVpt 8-element vectors per thread;
 // kVpt == 0: every pass loops over the row in global memory.
 // kDType: 0 bf16, 1 fp16. kNorm: RMSNorm before the quantizer.
@@ -203,10 +231,7 @@ __global__ void __launch_bounds__(512) act_quant_row_kernel(const RowArgs a) {
   float r = 1.0f;
   if constexpr (kNorm) {
     double ss = 0.0;
-    for_each_vec([&](int, const float(&x)[8]) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ss = __dadd_rn(ss, __dmul_rn(double(x[i]), double(x[i])));
-    });
+    for_each_vec([&](int, const float(&x)[8]) { ss = __dadd_rn(ss, chunk_ss<false>(x)); });
     ss = block_reduce(ss, SumOp{}, smem_d);
     const float ms = __double2float_rn(__ddiv_rn(ss, double(a.k)));
     r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ms, a.eps)));
@@ -465,13 +490,11 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads, kVpt))
     bool finite_y = false;  // kNorm: y cannot be NaN (finite x, r and weights), so a float max of |y| suffices
     float r_row = 1.0f;     // kNorm: the row's 1 / rms
     if constexpr (kNorm) {
-      // Four independent chains (a dependent DFMA chain of 32 was a latency stall), added in a fixed order.
-      double sa[4] = {0.0, 0.0, 0.0, 0.0};
+      // Each vector's fp32 chain (kVpt independent ones), then two float64 chains over the vectors.
+      double sa[2] = {0.0, 0.0};
 #pragma unroll
-      for (int j = 0; j < kVpt; ++j)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) sa[i % 4] = __fma_rn(double(v[j][i]), double(v[j][i]), sa[i % 4]);
-      double ss = __dadd_rn(__dadd_rn(sa[0], sa[1]), __dadd_rn(sa[2], sa[3]));
+      for (int j = 0; j < kVpt; ++j) sa[j & 1] = __dadd_rn(sa[j & 1], chunk_ss<true>(v[j]));
+      double ss = __dadd_rn(sa[0], sa[1]);
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) ss = __dadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, off));
       if (lane == 0) red_ss[p][warp] = ss;
