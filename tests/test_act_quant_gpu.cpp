@@ -263,10 +263,11 @@ TEST(ActQuantRmsNorm, ExactSumRows) {
   }
 }
 
-// bf16 rows at the bottom of the range, where the kernel's bit-level bf16 -> double conversion of the sum of squares
-// maps a zero or subnormal x to a value below 2^-126 (act_quant.cu): the codes and scales must still be the CPU's bit
-// for bit. Rows: bf16 subnormals only; subnormals among normals near 2^-126; zeros with one normal 2^-100; zeros with
-// one 1.0; N(0, 1) with a fifth of the elements subnormal; all zero. Each with eps 1e-6 and 0.
+// bf16 rows at the bottom of the range, where the fp32 chunk sums of squares (qdec/int8_quant.h) underflow: the square
+// of a bf16 subnormal, or of a value near 2^-126, is an fp32 subnormal or 0, and the kernels must round it as the CPU
+// does (no flush to zero) for the codes and scales to be the CPU's bit for bit. Rows: bf16 subnormals only; subnormals
+// among normals near 2^-126; zeros with one normal 2^-100; zeros with one 1.0; N(0, 1) with a fifth of the elements
+// subnormal; all zero. Each with eps 1e-6 and 0.
 TEST(ActQuantRmsNorm, SubnormalAndZeroRows) {
   QDEC_SKIP_WITHOUT_GPU();
   QDEC_TEST_RNG(rng);
