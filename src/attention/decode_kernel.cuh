@@ -106,7 +106,23 @@ using ptx::mma16816;
 using ptx::prmt;
 __device__ __forceinline__ uint32_t cvt_e4m3x2_f16x2(uint32_t two_bytes) {
   uint32_t d;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  // No fp8 conversion below sm_89: every e4m3 value is an fp16 value. Its 7 magnitude bits at fp16 bits 7..13 read
+  // as 2^-8 times the value (subnormals included), so one exact fp16 multiply by 2^8 restores it; 0x7F / 0xFF (NaN)
+  // become fp16 NaN, as the conversion gives.
+  d = 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t b = (two_bytes >> (8 * h)) & 0xFFu;
+    const unsigned short bits = static_cast<unsigned short>(((b & 0x80u) << 8) | ((b & 0x7Fu) << 7));
+    const unsigned short v = (b & 0x7Fu) == 0x7Fu
+                                 ? static_cast<unsigned short>(((b & 0x80u) << 8) | 0x7E00u)
+                                 : __half_as_ushort(__hmul(__ushort_as_half(bits), __ushort_as_half(0x5C00)));
+    d |= static_cast<uint32_t>(v) << (16 * h);
+  }
+#else
   asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}" : "=r"(d) : "r"(two_bytes));
+#endif
   return d;
 }
 __device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
@@ -382,7 +398,7 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
   // append's completion and memory) comes before that stage's copies. Without PDL it returns at once.
   const int first_wait_iter = p.pdl_tail_tokens > 0 ? max(0, (len - p.pdl_tail_tokens - start) / kStageTokens) : 0;
   auto wait_if_tail = [&](int iter) {
-    if (iter == first_wait_iter) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    if (iter == first_wait_iter) ptx::griddep_wait();
   };
 
   // Q first: its loads must not queue behind the pipeline's (all CTAs start together, and one sequential
@@ -756,7 +772,7 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
   cp_async_wait<0>();
   // The split-K merge kernel (launched with programmatic dependent launch) may start its launch now; it
   // waits for this grid's completion (griddepcontrol.wait) before reading the partials.
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  ptx::griddep_launch_dependents();
   __syncthreads();
 
   // ---- Merge the warps: per head m, l, and O (with the int4 shift sums) through shared memory.

@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
     decode_merge_kernel(const float* __restrict__ part_o, const float* __restrict__ part_lse, void* o, float* lse,
                         int num_splits, int head_dim, int q_is_fp16) {
   // Launched as a programmatic dependent of the attention kernel: wait until its partials are complete.
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  ptx::griddep_wait();
   extern __shared__ float w_s[];  // [num_splits]
   __shared__ float red_s[kMergeWarps];
   __shared__ float4 acc_s[kMergeWarps][32];
@@ -114,7 +114,7 @@ constexpr int kRowSplits = 4;
 __global__ void __launch_bounds__(kMergeWarps * 32)
     decode_merge_rows_kernel(const float* __restrict__ part_o, const float* __restrict__ part_lse, void* o, float* lse,
                              int rows, int num_splits, int head_dim, int q_is_fp16) {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  ptx::griddep_wait();
   extern __shared__ float4 stage_s[];  // [warp][num_splits][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const size_t row = static_cast<size_t>(blockIdx.x) * kMergeWarps + warp;

@@ -256,16 +256,6 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   return r;
 }
 
-// Programmatic dependent launch (sm_90): let the next kernel of the stream be scheduled (it still waits for this
-// one before it touches what this one writes), and wait for the previous kernel (a no-op without the launch
-// attribute).
-__device__ __forceinline__ void griddep_launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-__device__ __forceinline__ void griddep_wait() {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-
 // An L2 policy that marks lines evict-first (the weights are read once).
 __device__ __forceinline__ uint64_t evict_first_policy() {
   uint64_t p;
@@ -417,8 +407,8 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   const float* xsum = xpart_sh;  // MT >= 4: [n_seg][kRows] sums of X per (segment, token)
 
   // Under PDL, the next kernel of the stream may be scheduled as this grid's CTAs leave (it waits for this one
-  // before touching its outputs: griddep_wait).
-  if (p.pdl) griddep_launch_dependents();
+  // before touching its outputs: ptx::griddep_wait).
+  if (p.pdl) ptx::griddep_launch_dependents();
   const int nt = nb * rbs + rb;  // this warp's 16-row tile
   const bool active = nt * 16 < p.n_pad;
   const int chunks_per_row = p.k_pad / D::kChunkK;
@@ -572,7 +562,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       stage_meta();
       cp_async_commit();
       request_first_tiles();
-      griddep_wait();
+      ptx::griddep_wait();
       stage_x();
       cp_async_commit();
       cp_async_wait_group<0>();  // X, and with it the meta and the first tiles
@@ -860,8 +850,8 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       const int m = j * 8 + 2 * t;
       if (m < p.m) {
         float* a0 = p.partial + static_cast<size_t>(nt * 16 + g) * kRows + m;
-        atomicAdd(reinterpret_cast<float2*>(a0), make_float2(acc[j][0], acc[j][1]));
-        atomicAdd(reinterpret_cast<float2*>(a0 + 8 * kRows), make_float2(acc[j][2], acc[j][3]));
+        ptx::atomic_add2(a0, acc[j][0], acc[j][1]);
+        ptx::atomic_add2(a0 + 8 * kRows, acc[j][2], acc[j][3]);
       }
     }
   }

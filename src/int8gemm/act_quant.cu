@@ -29,6 +29,7 @@
 
 #include "qdec/act_quant.h"
 #include "runtime/cuda_check.h"
+#include "runtime/ptx.cuh"
 
 namespace qdec {
 namespace {
@@ -441,7 +442,7 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads, kVpt))
   uint4 nxt[kVpt];
   int row = blockIdx.x;
   if (a.pdl) {
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    ptx::griddep_launch_dependents();
   } else if (row < a.m) {
     load_row(row, nxt);
   }
@@ -467,7 +468,7 @@ __global__ void __launch_bounds__(kThreads, stream_min_blocks(kThreads, kVpt))
     w_finite = __syncthreads_and(w_finite) != 0;
   }
   if (a.pdl) {
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    ptx::griddep_wait();
     if (row < a.m) load_row(row, nxt);
   }
   // Thread 0 writes the code sum of the previous row once every warp has stored its part (after a barrier).

@@ -23,6 +23,7 @@
 #include "kvcache/append_internal.h"
 #include "kvcache/rope.h"
 #include "runtime/cuda_check.h"
+#include "runtime/ptx.cuh"
 
 namespace qdec::kvcache {
 namespace {
@@ -358,7 +359,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) kv_append_kernel(const __
   __shared__ float2 sincos_all[kWarpsPerBlock][D / 2];
   // A decode-attention grid launched as our programmatic dependent may be scheduled now; it waits for this
   // grid's completion before it reads the cache.
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  ptx::griddep_launch_dependents();
   const int lane = threadIdx.x % 32;
   // Warp (token i, head h, role): K and V of a row are independent, so they get a warp each; a block holds
   // two tokens of one head.

@@ -36,4 +36,29 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
 
+// Programmatic dependent launch (sm_90+). griddep_wait: wait until the grids this one depends on have completed and
+// their memory is visible; griddep_launch_dependents: let the next programmatic dependent in the stream start.
+// Below sm_90 there is no programmatic launch, so stream order already holds and both compile to nothing (an sm_80
+// build of the library stays possible).
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// a[0] += x, a[1] += y (a 8-byte aligned): one float2 atomic on sm_90+, two float atomics below.
+__device__ __forceinline__ void atomic_add2(float* a, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(a), make_float2(x, y));
+#else
+  atomicAdd(a, x);
+  atomicAdd(a + 1, y);
+#endif
+}
+
 }  // namespace qdec::ptx
