@@ -82,10 +82,11 @@ double read_y(const std::vector<uint8_t>& y, GemmDType d, size_t i) {
   return d == GemmDType::kBF16 ? bf16_bits_to_float(b) : fp16_bits_to_float(b);
 }
 
-// The wgmma paths need an sm_90 device (kUnsupported elsewhere); tests leave them out there, saying so.
+// The wgmma paths need an sm_90 device and a build with sm_90a code (kUnsupported elsewhere); tests leave them out
+// there, saying so.
 bool sm90_device() {
   int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (!QDEC_HAS_SM90A || cudaGetDevice(&dev) != cudaSuccess) return false;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   return major == 9 && minor == 0;
@@ -95,7 +96,7 @@ bool is_wgmma(W4A8Path p) {
 }
 bool skip_path(W4A8Path p) {
   if (!is_wgmma(p) || sm90_device()) return false;
-  std::printf("[w4a8] path %s left out: not an sm_90 device\n", w4a8_path_name(p));
+  std::printf("[w4a8] path %s left out: not an sm_90 device, or no sm_90a code in this build\n", w4a8_path_name(p));
   return true;
 }
 
@@ -305,7 +306,7 @@ void expect_same_outputs(const Case& ref, const Case& wg, std::mt19937_64& rng) 
 // automatic split-K, every scheme.
 TEST(W4A8Gpu, WgmmaBitwiseAsMma) {
   QDEC_SKIP_WITHOUT_GPU();
-  if (!sm90_device()) GTEST_SKIP() << "the wgmma paths need an sm_90 device";
+  if (!sm90_device()) GTEST_SKIP() << "the wgmma paths need an sm_90 device and sm_90a code in the build";
   QDEC_TEST_RNG(rng);
   int i = 0;
   for (int gs : {128, 32, 0})
@@ -338,7 +339,7 @@ TEST(W4A8Gpu, WgmmaBitwiseAsMma) {
 // outputs either way (int32 partials).
 TEST(W4A8Gpu, WgmmaSplitKClustersBitwiseAsMma) {
   QDEC_SKIP_WITHOUT_GPU();
-  if (!sm90_device()) GTEST_SKIP() << "the wgmma paths need an sm_90 device";
+  if (!sm90_device()) GTEST_SKIP() << "the wgmma paths need an sm_90 device and sm_90a code in the build";
   QDEC_TEST_RNG(rng);
   int i = 0;
   for (int gs : {128, 0})
@@ -361,7 +362,7 @@ TEST(W4A8Gpu, WgmmaSplitKClustersBitwiseAsMma) {
 // read, nothing is launched).
 TEST(W4A8Gpu, AutoWgmmaByMAndWeights) {
   QDEC_SKIP_WITHOUT_GPU();
-  if (!sm90_device()) GTEST_SKIP() << "the wgmma paths need an sm_90 device";
+  if (!sm90_device()) GTEST_SKIP() << "the wgmma paths need an sm_90 device and sm_90a code in the build";
   struct Want {
     int m, n, k;
     W4A8Path path;

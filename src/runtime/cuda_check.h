@@ -71,8 +71,14 @@ class LaunchConfig {
 // Properties of the current device (cached per device). kNoDevice if there is none.
 Status current_device_info(DeviceInfo* info);
 
+#ifndef QDEC_HAS_SM90A
+#define QDEC_HAS_SM90A 0  // set by CMake: 1 where CMAKE_CUDA_ARCHITECTURES has an sm_90a target
+#endif
+
 // kUnsupported, naming `what` and the reason, unless the current device is sm_90 and kKernel (a __global__ function of
-// this library) carries sm_90a code. The binary version is a property of the build: asked once per kernel.
+// this library) carries sm_90a code. The binary version is a property of the build: asked once per kernel. It cannot
+// tell sm_90a code from code JIT-compiled for the sm_90 device out of another target's PTX (an sm_80 build on an H100:
+// binary version 90, the wgmma body empty), hence the build's own flag first.
 template <auto kKernel>
 Status sm90a_kernel_status(const std::string& what) {
   DeviceInfo dev;
@@ -80,6 +86,9 @@ Status sm90a_kernel_status(const std::string& what) {
   if (dev.cc_major != 9 || dev.cc_minor != 0)
     return Status(StatusCode::kUnsupported, what + ": needs an sm_90 device (this one is sm_" +
                                                 std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) + ")");
+  if (!QDEC_HAS_SM90A)
+    return Status(StatusCode::kUnsupported,
+                  what + ": needs sm_90a code, which this build lacks (CMAKE_CUDA_ARCHITECTURES has no 90a target)");
   static std::once_flag once;
   static cudaError_t attr_err = cudaSuccess;
   static int binary_version = 0;
