@@ -206,10 +206,10 @@ INSTANTIATE_TEST_SUITE_P(
         RowCase{GemmDType::kBF16, 2048, 8192, 0, 0, false, true},
         RowCase{GemmDType::kFP16, 2500, 6000, 8, 16, false, true},
         RowCase{GemmDType::kBF16, 2047, 8192, 0, 0, false, true},  // one row below: 256 x 4
-        // Many rows on each CTA size of K <= 4096 (128 threads x 4 vectors; for K in (1024, 2048] 128 x 2, or 64 x 4
-        // for RMSNorm on a device with high DRAM bandwidth per SM; 32 x 4): odd M, K = 1000 and 576 leave vectors past
-        // the row, eps = 0 (an all-zero row's r is infinite). K = 1032 and 1544: the (1024, 2048] kernels with most
-        // threads' second vector past the row (129 and 193 vectors of 256), fp16 with padded strides under PDL.
+        // Many rows on each CTA size of K <= 4096 (64, 128 and 256 threads x 2 vectors; for RMSNorm on a device with
+        // high DRAM bandwidth per SM 32, 64 and 128 threads x 4): odd M, K = 576, 1000 and 3000 leave vectors past the
+        // row, eps = 0 (an all-zero row's r is infinite). K = 1032 and 1544: most threads' second vector past the row
+        // (129 and 193 vectors of 256), fp16 with padded strides under PDL.
         RowCase{GemmDType::kBF16, 2048, 4096, 0, 0, false, true},
         RowCase{GemmDType::kFP16, 2049, 4096, 8, 16, false, true},
         RowCase{GemmDType::kBF16, 4099, 2048, 0, 0, false, true},
@@ -219,6 +219,7 @@ INSTANTIATE_TEST_SUITE_P(
         RowCase{GemmDType::kBF16, 5000, 2048, 0, 0, false, true, true},
         RowCase{GemmDType::kBF16, 1200, 1032, 0, 0, false, true},
         RowCase{GemmDType::kFP16, 2777, 1544, 8, 16, false, true, true},
+        RowCase{GemmDType::kBF16, 2222, 3000, 8, 16, false, true},
         // ActQuantParams::pdl: the streaming kernels as programmatic dependents, and the row kernel ignoring it.
         RowCase{GemmDType::kBF16, 2000, 4096, 0, 0, false, true, true},
         RowCase{GemmDType::kFP16, 300, 12288, 0, 0, false, true, true},

@@ -408,15 +408,10 @@ __device__ __noinline__ uint32_t finite_amax_bits(const unsigned short* xr, int 
 
 // CTAs per SM the launch bounds ask for (register cap 65536 / (threads * blocks)): 128 x 8 holds 64 fp32 values and
 // 32 registers of prefetched row per thread (164 registers, no spills); x 4 kernels use 93-96 (20 / 10 / 5 CTAs of
-// 32 / 64 / 128 threads per SM); 128 x 2 uses 59-64 (8 CTAs per SM; bounded for 9 it lost, session 29).
+// 32 / 64 / 128 threads per SM); x 2 kernels use 59-64 (32 warps per SM; 128 x 2 bounded for 9 CTAs lost, session 29).
 constexpr int stream_min_blocks(int threads, int vpt) {
-  return threads == 32    ? 20
-         : threads == 64  ? 10
-         : threads == 128 ? (vpt > 4    ? 3
-                             : vpt == 2 ? 8
-                                        : 5)
-         : threads == 256 ? 2
-                          : 1;
+  if (vpt == 2) return 1024 / threads;  // 64 / 128 / 256 threads: 16 / 8 / 4 CTAs (32 warps), 59-64 registers
+  return threads == 32 ? 20 : threads == 64 ? 10 : threads == 128 ? (vpt > 4 ? 3 : 5) : threads == 256 ? 2 : 1;
 }
 
 template <int kDType, bool kNorm, int kThreads, int kVpt>
@@ -752,8 +747,8 @@ Status check_vec_out(const char* what, const char* name, const void* p, bool req
 // Rows from which RMSNorm + quantize with K in (4096, 8192] takes the (128, 8) streaming kernel (see launch_rows).
 constexpr int kStreamWideMinRows = 2048;
 
-// RMSNorm + quantize with K in (1024, 2048] runs (128, 2) CTAs where the device's DRAM bandwidth per SM is below this
-// (GB/s; the H100 SXM has 25.4, the H200 36.4), (64, 4) above it. See launch_rows.
+// RMSNorm + quantize with K <= 4096 runs CTAs of 2 vectors per thread where the device's DRAM bandwidth per SM is below
+// this (GB/s; the H100 SXM has 25.4, the H200 36.4), of 4 above it. See launch_rows.
 constexpr double kRmsNarrowMaxGbpsPerSm = 30.0;
 
 // Threads per row: enough that kVpt = 4 vectors of 8 cover the row (K <= 16384 with 512 threads).
@@ -800,16 +795,18 @@ Status launch_rows(const RowArgs& a, GemmDType xd, cudaStream_t stream) {
   // Aligned rows of whole vectors stream through a resident grid; the rest (odd K, unaligned X, K above the
   // register limit) run one CTA per row with element loads where needed. Both are bit-exact with the CPU.
   if (regs && a.vec && a.k % 8 == 0) {
-    // Dispatch list: dtype {bf16, fp16} x (CTA size, vectors per thread) {(32, 4), (128, 2), (64, 4) RMSNorm only,
-    // (128, 4), (256, 4), (256, 7), (512, 4)} for K <= 1024, 2048, 2048, 4096, 8192, 14336, 16384. The CTA size follows
-    // K so that every thread holds whole vectors and the SM holds ~20 rows' CTAs: with 128 threads for every K <= 4096,
-    // K = 2048 left half the threads idle and an SM only 5 rows (measured, H200: RMSNorm + quantize at 16384 x 2048
-    // 48.8% -> 88.9% of the copy ceiling, x 1024 24.7% -> 80.6%, the quantizer alone 68.5% -> 94.2% at x 2048;
-    // docs/int8_gemm.md). K in (1024, 2048] runs (128, 2): 8 CTAs of 4 warps per SM (32 warps, 8 rows) instead of 10
-    // of 2 warps (20 warps, 10 rows), for the quantizer alone on every device (session 29: 0.4-13% less time on both
-    // cards), and for RMSNorm + quantize where DRAM bandwidth per SM is low (H100: 2-8% less time, 4096 x 2048
-    // 77.6-79.1% -> 79.7-80.7% of the copy ceiling). On the H200 RMSNorm's row, a latency chain through two block
-    // barriers, lost with 4 warps per row (4096 x 2048 70.0% -> 64.0%, 16384 x 2048 91.5% -> 79.8%): (64, 4) there.
+    // Dispatch list: dtype {bf16, fp16} x (CTA size, vectors per thread) {(64, 2), (128, 2), (256, 2), (256, 4), (256,
+    // 7), (512, 4)} for K <= 1024, 2048, 4096, 8192, 14336, 16384; RMSNorm's own: (32, 4), (64, 4), (128, 4) for K <=
+    // 4096 on devices of high DRAM bandwidth per SM, (128, 8) for K in (4096, 8192] from kStreamWideMinRows rows
+    // (below). The CTA size follows K so that every thread holds whole vectors and the SM holds 4-20 rows' CTAs: with
+    // 128 threads for every K <= 4096, K = 2048 left half the threads idle and an SM only 5 rows (measured, H200:
+    // RMSNorm + quantize at 16384 x 2048 48.8% -> 88.9% of the copy ceiling, x 1024 24.7% -> 80.6%, the quantizer alone
+    // 68.5% -> 94.2% at x 2048; docs/int8_gemm.md). For K <= 4096, 2 vectors per thread (32 warps per SM, 4-16 rows)
+    // instead of 4 (20 warps, 5-20 rows) took the quantizer alone 0-14% less time on both cards (session 29), and
+    // RMSNorm + quantize 1-16% less on the H100 (4096 x 2048 77.6-79.1% -> 79.7-80.7% of the copy ceiling; 4096 x 4096
+    // within a point); on the H200 RMSNorm's row, a latency chain through two block barriers, lost with twice the warps
+    // per row at M >= 4096 (4096 x 2048 70.0% -> 64.0%, 4096 x 4096 80.6% -> 70.4%, 16384 x 4096 -11%), so RMSNorm
+    // takes 2 vectors per thread only where DRAM bandwidth per SM is below kRmsNarrowMaxGbpsPerSm.
     // K in (8192, 14336] (Llama's 14336 among them) runs two CTAs of 256 threads per SM with 7 vectors each instead
     // of one of 512: a row's barriers then stall half the SM, not all of it.
     // RMSNorm with K in (4096, 8192] and M >= kStreamWideMinRows runs (128, 8): 64 elements per thread halve the
@@ -817,22 +814,28 @@ Status launch_rows(const RowArgs& a, GemmDType xd, cudaStream_t stream) {
     // ceiling at M = 4096, K = 8192; below that M it loses (M = 1: one 4-warp CTA, twice the serial work per thread;
     // M = 1024: -4%), and the plain quantizer, with less work per element, loses 1-2 points with it at every M.
     const bool wide = kNorm && a.k > 4096 && a.k <= 8192 && a.m >= kStreamWideMinRows;
-    [[maybe_unused]] bool narrow_2x64 = false;  // K in (1024, 2048]: (64, 4) instead of (128, 2)
-    if (kNorm && a.k > 1024 && a.k <= 2048) {
-      DeviceInfo dev;
-      QDEC_RETURN_IF_ERROR(current_device_info(&dev));
-      narrow_2x64 = !(dev.dram_gbps > 0.0 && dev.sm_count > 0 && dev.dram_gbps / dev.sm_count < kRmsNarrowMaxGbpsPerSm);
+    bool narrow = true;  // K <= 4096: 2 vectors per thread
+    if constexpr (kNorm) {
+      if (a.k <= 4096) {
+        DeviceInfo dev;
+        QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+        narrow = dev.dram_gbps > 0.0 && dev.sm_count > 0 && dev.dram_gbps / dev.sm_count < kRmsNarrowMaxGbpsPerSm;
+      }
     }
     auto go = [&](auto dtype_tag) -> Status {
       constexpr int D = decltype(dtype_tag)::value;
-      if (a.k <= 1024) return launch_stream<D, kNorm, 32, 4>(a, stream);
-      if (a.k <= 2048) {
+      if (a.k <= 4096) {
         if constexpr (kNorm) {
-          if (narrow_2x64) return launch_stream<D, kNorm, 64, 4>(a, stream);
+          if (!narrow) {
+            return a.k <= 1024   ? launch_stream<D, kNorm, 32, 4>(a, stream)
+                   : a.k <= 2048 ? launch_stream<D, kNorm, 64, 4>(a, stream)
+                                 : launch_stream<D, kNorm, 128, 4>(a, stream);
+          }
         }
-        return launch_stream<D, kNorm, 128, 2>(a, stream);
+        return a.k <= 1024   ? launch_stream<D, kNorm, 64, 2>(a, stream)
+               : a.k <= 2048 ? launch_stream<D, kNorm, 128, 2>(a, stream)
+                             : launch_stream<D, kNorm, 256, 2>(a, stream);
       }
-      if (a.k <= 4096) return launch_stream<D, kNorm, 128, 4>(a, stream);
       if (wide) return launch_stream<D, kNorm, 128, 8>(a, stream);
       if (a.k <= 8192) return launch_stream<D, kNorm, 256, 4>(a, stream);
       if (a.k <= 14336) return launch_stream<D, kNorm, 256, 7>(a, stream);
