@@ -5,7 +5,7 @@
 //
 // Design: rows that are 16-byte aligned with K a multiple of 8 and K <= kActQuantRegisterMaxK (every model
 // shape) go to the streaming kernel: a resident grid of CTAs (32 to 512 threads by K) walks the rows, each
-// thread holding 4 vectors of 8 elements as fp32 and the next row's vectors in flight; the quantizer there is the
+// thread holding 2 to 8 vectors of 8 elements as fp32 and the next row's vectors in flight; the quantizer there is the
 // IEEE quotient computed with a hoisted reciprocal (see act_quant_stream_kernel). Other rows (odd K, unaligned X,
 // longer K) run one CTA per row (act_quant_row_kernel), element loads where needed; rows longer than
 // kActQuantRegisterMaxK loop over the row per pass (the later passes hit L2). The reductions (sum of squares in
