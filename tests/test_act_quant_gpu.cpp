@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu_util.h"
+#include "int8gemm/act_quant_internal.h"
 #include "qdec/act_quant.h"
 #include "qdec/formats.h"
 #include "qdec/int8_quant.h"
@@ -86,7 +87,8 @@ std::string row_case_name(const ::testing::TestParamInfo<RowCase>& info) {
 class ActQuantRows : public ::testing::TestWithParam<RowCase> {};
 
 // Runs the per-token quantizer (norm = false) or RMSNorm + quantizer (norm = true) and compares with the CPU.
-void run_rows(const RowCase& c, bool norm) {
+// rms_vectors: RMSNorm's vectors per thread at K <= 4096 forced (2 or 4), 0 for the device's choice.
+void run_rows(const RowCase& c, bool norm, int rms_vectors = 0) {
   QDEC_TEST_RNG(rng);
   const long long ldx = c.k + c.ldx_pad;
   const long long ldq = (c.k + 15) / 16 * 16 + c.ldq_pad;
@@ -139,7 +141,7 @@ void run_rows(const RowCase& c, bool norm) {
       rp.out = p;
       rp.weight = dw.get();
       rp.eps = eps;
-      QDEC_ASSERT_OK(rmsnorm_quantize(rp, nullptr));
+      QDEC_ASSERT_OK(act_quant_internal::rmsnorm_quantize_vectors(rp, rms_vectors, nullptr));
     } else {
       QDEC_ASSERT_OK(quantize_activations(p, nullptr));
     }
@@ -177,9 +179,18 @@ TEST_P(ActQuantRows, PerTokenBitExact) {
   run_rows(GetParam(), false);
 }
 
+// K <= 4096 runs both CTA sets of the streaming kernel (2 and 4 vectors per thread), whichever the device takes by
+// default; larger K the device's choice.
 TEST_P(ActQuantRows, RmsNormBitExact) {
   QDEC_SKIP_WITHOUT_GPU();
-  run_rows(GetParam(), true);
+  if (GetParam().k > 4096) {
+    run_rows(GetParam(), true);
+    return;
+  }
+  for (int vectors : {2, 4}) {
+    SCOPED_TRACE("vectors per thread " + std::to_string(vectors));
+    run_rows(GetParam(), true, vectors);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -491,6 +502,10 @@ TEST(ActQuantErrors, BadInputsLaunchNothing) {
   rp.eps = 1e-6f;
   rp.weight = nullptr;
   EXPECT_NE(rmsnorm_quantize(rp, nullptr).to_string().find("weight is null"), std::string::npos);
+  rp.weight = dw.get();
+  s = act_quant_internal::rmsnorm_quantize_vectors(rp, 3, nullptr);  // the test hook's own check
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.to_string().find("vectors per thread 3"), std::string::npos) << s.to_string();
 
   BlockQuantParams bp{4,
                       256,

@@ -27,6 +27,7 @@
 #include <string>
 #include <type_traits>
 
+#include "int8gemm/act_quant_internal.h"
 #include "qdec/act_quant.h"
 #include "runtime/cuda_check.h"
 #include "runtime/ptx.cuh"
@@ -789,8 +790,9 @@ Status launch_stream(const RowArgs& a, cudaStream_t stream) {
   return cuda_status(cudaGetLastError(), kNorm ? "rmsnorm_quantize launch" : "quantize_activations launch");
 }
 
+// rms_vectors: RMSNorm's vectors per thread at K <= 4096 forced to 2 or 4 (0: by the device, below).
 template <bool kNorm>
-Status launch_rows(const RowArgs& a, GemmDType xd, cudaStream_t stream) {
+Status launch_rows(const RowArgs& a, GemmDType xd, cudaStream_t stream, int rms_vectors = 0) {
   const bool regs = a.k <= kActQuantRegisterMaxK;
   // Aligned rows of whole vectors stream through a resident grid; the rest (odd K, unaligned X, K above the
   // register limit) run one CTA per row with element loads where needed. Both are bit-exact with the CPU.
@@ -816,7 +818,9 @@ Status launch_rows(const RowArgs& a, GemmDType xd, cudaStream_t stream) {
     const bool wide = kNorm && a.k > 4096 && a.k <= 8192 && a.m >= kStreamWideMinRows;
     bool narrow = true;  // K <= 4096: 2 vectors per thread
     if constexpr (kNorm) {
-      if (a.k <= 4096) {
+      if (rms_vectors != 0) {
+        narrow = rms_vectors == 2;
+      } else if (a.k <= 4096) {
         DeviceInfo dev;
         QDEC_RETURN_IF_ERROR(current_device_info(&dev));
         narrow = dev.dram_gbps > 0.0 && dev.sm_count > 0 && dev.dram_gbps / dev.sm_count < kRmsNarrowMaxGbpsPerSm;
@@ -878,7 +882,13 @@ Status quantize_activations(const ActQuantParams& p, cudaStream_t stream) {
 }
 
 Status rmsnorm_quantize(const RmsNormQuantParams& p, cudaStream_t stream) {
+  return act_quant_internal::rmsnorm_quantize_vectors(p, 0, stream);
+}
+
+Status act_quant_internal::rmsnorm_quantize_vectors(const RmsNormQuantParams& p, int vectors, cudaStream_t stream) {
   const char* what = "rmsnorm_quantize";
+  if (vectors != 0 && vectors != 2 && vectors != 4)
+    return invalid(std::string(what) + ": vectors per thread " + std::to_string(vectors) + " must be 0, 2 or 4");
   const ActQuantParams& o = p.out;
   if (o.x_dtype != GemmDType::kBF16 && o.x_dtype != GemmDType::kFP16)
     return invalid(std::string(what) + ": x dtype " + gemm_dtype_name(o.x_dtype) + " is not supported (bf16, fp16)");
@@ -893,7 +903,7 @@ Status rmsnorm_quantize(const RmsNormQuantParams& p, cudaStream_t stream) {
   RowArgs a{o.m, o.k, o.x, ldx, o.q, ldq, o.scale, o.row_sum, p.weight, p.eps, 0, 1.0 / o.k};
   a.vec = aligned(o.x, 16) && ldx % 8 == 0 && aligned(p.weight, 16);
   a.pdl = o.pdl ? 1 : 0;
-  return launch_rows<true>(a, o.x_dtype, stream);
+  return launch_rows<true>(a, o.x_dtype, stream, vectors);
 }
 
 Status quantize_blocks(const BlockQuantParams& p, cudaStream_t stream) {
