@@ -757,14 +757,12 @@ int row_threads(int k) {
   return k <= 4096 ? 128 : k <= 8192 ? 256 : 512;
 }
 
-// Resident CTAs per SM of a streaming kernel on the current device (cached per device).
+// Resident CTAs per SM of a streaming kernel on `dev`, the current device (cached per device).
 // The dynamic shared memory (the RMSNorm weight, 4 bytes per element) is opted in once per kernel and device; the
 // occupancy is computed for the largest K the kernel serves (threads * kVpt vectors * 8 elements: smem_cap bytes), so
 // one cached value serves every K of that kernel.
 template <auto kKernel>
-Status stream_grid(int smem_cap, int threads, int smem, int m, unsigned* grid) {
-  DeviceInfo dev;
-  QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+Status stream_grid(const DeviceInfo& dev, int smem_cap, int threads, int smem, int m, unsigned* grid) {
   static std::array<std::atomic<int>, 64> cache{};  // one per kernel (template argument) and device
   int per_sm = dev.device < 64 ? cache[dev.device].load(std::memory_order_relaxed) : 0;
   if (per_sm <= 0) {
@@ -780,11 +778,11 @@ Status stream_grid(int smem_cap, int threads, int smem, int m, unsigned* grid) {
 }
 
 template <int kDType, bool kNorm, int kThreads, int kVpt>
-Status launch_stream(const RowArgs& a, cudaStream_t stream) {
+Status launch_stream(const RowArgs& a, const DeviceInfo& dev, cudaStream_t stream) {
   constexpr auto kernel = &act_quant_stream_kernel<kDType, kNorm, kThreads, kVpt>;
   const int smem = kNorm ? a.k * 4 : 0;  // the fp32 weight
   unsigned grid = 0;
-  QDEC_RETURN_IF_ERROR(stream_grid<kernel>(kThreads * kVpt * 8 * 4, kThreads, smem, a.m, &grid));
+  QDEC_RETURN_IF_ERROR(stream_grid<kernel>(dev, kThreads * kVpt * 8 * 4, kThreads, smem, a.m, &grid));
   const LaunchConfig cfg(dim3(grid), dim3(kThreads), smem, stream, a.pdl);
   QDEC_CUDA_RETURN(cudaLaunchKernelEx(cfg.get(), kernel, a));
   return cuda_status(cudaGetLastError(), kNorm ? "rmsnorm_quantize launch" : "quantize_activations launch");
@@ -816,34 +814,32 @@ Status launch_rows(const RowArgs& a, GemmDType xd, cudaStream_t stream, int rms_
     // ceiling at M = 4096, K = 8192; below that M it loses (M = 1: one 4-warp CTA, twice the serial work per thread;
     // M = 1024: -4%), and the plain quantizer, with less work per element, loses 1-2 points with it at every M.
     const bool wide = kNorm && a.k > 4096 && a.k <= 8192 && a.m >= kStreamWideMinRows;
+    DeviceInfo dev;  // the grid's size, and RMSNorm's CTA shape at K <= 4096
+    QDEC_RETURN_IF_ERROR(current_device_info(&dev));
     bool narrow = true;  // K <= 4096: 2 vectors per thread
     if constexpr (kNorm) {
-      if (rms_vectors != 0) {
-        narrow = rms_vectors == 2;
-      } else if (a.k <= 4096) {
-        DeviceInfo dev;
-        QDEC_RETURN_IF_ERROR(current_device_info(&dev));
-        narrow = dev.dram_gbps > 0.0 && dev.sm_count > 0 && dev.dram_gbps / dev.sm_count < kRmsNarrowMaxGbpsPerSm;
-      }
+      narrow = rms_vectors != 0
+                   ? rms_vectors == 2
+                   : dev.dram_gbps > 0.0 && dev.sm_count > 0 && dev.dram_gbps / dev.sm_count < kRmsNarrowMaxGbpsPerSm;
     }
     auto go = [&](auto dtype_tag) -> Status {
       constexpr int D = decltype(dtype_tag)::value;
       if (a.k <= 4096) {
         if constexpr (kNorm) {
           if (!narrow) {
-            return a.k <= 1024   ? launch_stream<D, kNorm, 32, 4>(a, stream)
-                   : a.k <= 2048 ? launch_stream<D, kNorm, 64, 4>(a, stream)
-                                 : launch_stream<D, kNorm, 128, 4>(a, stream);
+            return a.k <= 1024   ? launch_stream<D, kNorm, 32, 4>(a, dev, stream)
+                   : a.k <= 2048 ? launch_stream<D, kNorm, 64, 4>(a, dev, stream)
+                                 : launch_stream<D, kNorm, 128, 4>(a, dev, stream);
           }
         }
-        return a.k <= 1024   ? launch_stream<D, kNorm, 64, 2>(a, stream)
-               : a.k <= 2048 ? launch_stream<D, kNorm, 128, 2>(a, stream)
-                             : launch_stream<D, kNorm, 256, 2>(a, stream);
+        return a.k <= 1024   ? launch_stream<D, kNorm, 64, 2>(a, dev, stream)
+               : a.k <= 2048 ? launch_stream<D, kNorm, 128, 2>(a, dev, stream)
+                             : launch_stream<D, kNorm, 256, 2>(a, dev, stream);
       }
-      if (wide) return launch_stream<D, kNorm, 128, 8>(a, stream);
-      if (a.k <= 8192) return launch_stream<D, kNorm, 256, 4>(a, stream);
-      if (a.k <= 14336) return launch_stream<D, kNorm, 256, 7>(a, stream);
-      return launch_stream<D, kNorm, 512, 4>(a, stream);
+      if (wide) return launch_stream<D, kNorm, 128, 8>(a, dev, stream);
+      if (a.k <= 8192) return launch_stream<D, kNorm, 256, 4>(a, dev, stream);
+      if (a.k <= 14336) return launch_stream<D, kNorm, 256, 7>(a, dev, stream);
+      return launch_stream<D, kNorm, 512, 4>(a, dev, stream);
     };
     return xd == GemmDType::kBF16 ? go(std::integral_constant<int, 0>{}) : go(std::integral_constant<int, 1>{});
   }
