@@ -283,7 +283,7 @@ TEST(ActQuantRmsNorm, ExactSumRows) {
 // of a bf16 subnormal, or of a value near 2^-126, is an fp32 subnormal or 0, and the kernels must round it as the CPU
 // does (no flush to zero) for the codes and scales to be the CPU's bit for bit. Rows: bf16 subnormals only; subnormals
 // among normals near 2^-126; zeros with one normal 2^-100; zeros with one 1.0; N(0, 1) with a fifth of the elements
-// subnormal; all zero. Each with eps 1e-6 and 0.
+// subnormal; all zero. Each with eps 1e-6 and 0, on both CTA sets.
 TEST(ActQuantRmsNorm, SubnormalAndZeroRows) {
   QDEC_SKIP_WITHOUT_GPU();
   QDEC_TEST_RNG(rng);
@@ -307,31 +307,35 @@ TEST(ActQuantRmsNorm, SubnormalAndZeroRows) {
   DeviceBuffer dx(xb.size() * 2), dw(k * 2), dq(m * ldq), ds(m * 4), dsum(m * 4);
   QDEC_CUDA_CHECK(cudaMemcpy(dx.get(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
   QDEC_CUDA_CHECK(cudaMemcpy(dw.get(), wb.data(), k * 2, cudaMemcpyHostToDevice));
-  for (float eps : {1e-6f, 0.f}) {
-    Int8Activations ref;
-    QDEC_ASSERT_OK(rmsnorm_quantize_int8(xf.data(), wf.data(), m, k, eps, &ref));
-    QDEC_CUDA_CHECK(cudaMemset(dq.get(), kCodePoison, dq.bytes()));
-    QDEC_CUDA_CHECK(cudaMemset(ds.get(), 0xFF, ds.bytes()));
-    QDEC_CUDA_CHECK(cudaMemset(dsum.get(), 0xFF, dsum.bytes()));
-    RmsNormQuantParams p;
-    p.out =
-        ActQuantParams{m, k, GemmDType::kBF16, dx.get(), 0, dq.as<int8_t>(), ldq, ds.as<float>(), dsum.as<int32_t>()};
-    p.weight = dw.get();
-    p.eps = eps;
-    QDEC_ASSERT_OK(rmsnorm_quantize(p, nullptr));
-    std::vector<int8_t> q(m * ldq);
-    std::vector<float> s(m);
-    std::vector<int32_t> sum(m);
-    QDEC_CUDA_CHECK(cudaMemcpy(q.data(), dq.get(), q.size(), cudaMemcpyDeviceToHost));
-    QDEC_CUDA_CHECK(cudaMemcpy(s.data(), ds.get(), m * 4, cudaMemcpyDeviceToHost));
-    QDEC_CUDA_CHECK(cudaMemcpy(sum.data(), dsum.get(), m * 4, cudaMemcpyDeviceToHost));
-    for (int r = 0; r < m; ++r) {
-      ASSERT_EQ(bits(s[r]), bits(ref.scale[r])) << "eps " << eps << " row " << r;
-      ASSERT_EQ(sum[r], ref.row_sum[r]) << "eps " << eps << " row " << r;
-      for (int i = 0; i < k; ++i)
-        ASSERT_EQ(q[r * ldq + i], ref.q[size_t(r) * k + i]) << "eps " << eps << " row " << r << " col " << i;
+  // vectors 0: the public entry point (the CTA set this device picks); 2 and 4: each set forced (the test hook).
+  for (int vectors : {0, 2, 4})
+    for (float eps : {1e-6f, 0.f}) {
+      Int8Activations ref;
+      QDEC_ASSERT_OK(rmsnorm_quantize_int8(xf.data(), wf.data(), m, k, eps, &ref));
+      QDEC_CUDA_CHECK(cudaMemset(dq.get(), kCodePoison, dq.bytes()));
+      QDEC_CUDA_CHECK(cudaMemset(ds.get(), 0xFF, ds.bytes()));
+      QDEC_CUDA_CHECK(cudaMemset(dsum.get(), 0xFF, dsum.bytes()));
+      RmsNormQuantParams p;
+      p.out =
+          ActQuantParams{m, k, GemmDType::kBF16, dx.get(), 0, dq.as<int8_t>(), ldq, ds.as<float>(), dsum.as<int32_t>()};
+      p.weight = dw.get();
+      p.eps = eps;
+      QDEC_ASSERT_OK(vectors == 0 ? rmsnorm_quantize(p, nullptr)
+                                  : act_quant_internal::rmsnorm_quantize_vectors(p, vectors, nullptr));
+      std::vector<int8_t> q(m * ldq);
+      std::vector<float> s(m);
+      std::vector<int32_t> sum(m);
+      QDEC_CUDA_CHECK(cudaMemcpy(q.data(), dq.get(), q.size(), cudaMemcpyDeviceToHost));
+      QDEC_CUDA_CHECK(cudaMemcpy(s.data(), ds.get(), m * 4, cudaMemcpyDeviceToHost));
+      QDEC_CUDA_CHECK(cudaMemcpy(sum.data(), dsum.get(), m * 4, cudaMemcpyDeviceToHost));
+      for (int r = 0; r < m; ++r) {
+        ASSERT_EQ(bits(s[r]), bits(ref.scale[r])) << "vectors " << vectors << " eps " << eps << " row " << r;
+        ASSERT_EQ(sum[r], ref.row_sum[r]) << "vectors " << vectors << " eps " << eps << " row " << r;
+        for (int i = 0; i < k; ++i)
+          ASSERT_EQ(q[r * ldq + i], ref.q[size_t(r) * k + i])
+              << "vectors " << vectors << " eps " << eps << " row " << r << " col " << i;
+      }
     }
-  }
 }
 
 // ---- per-block quantizer -------------------------------------------------------------------------------------------
