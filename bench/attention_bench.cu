@@ -716,8 +716,10 @@ TimeStats time_launches(const AttentionBenchOptions& opts, cudaStream_t stream, 
   for (int first = 0; first < opts.iters; first += kLaunchesPerHold) {
     const int last = std::min(opts.iters, first + kLaunchesPerHold);
     flag.reset();
-    wait_for_host_kernel<<<1, 1, 0, stream>>>(flag.device(), kHoldTimeoutNs);
-    BENCH_CUDA(cudaGetLastError());
+    if (opts.hold) {
+      wait_for_host_kernel<<<1, 1, 0, stream>>>(flag.device(), kHoldTimeoutNs);
+      BENCH_CUDA(cudaGetLastError());
+    }
     // If a CUDA call throws mid-batch, release the stream on the way out rather than wait for the timeout.
     struct ReleaseOnExit {
       HostFlag& flag;
@@ -1231,6 +1233,7 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
                     {"iters", opts.iters},
                     {"warmup", opts.warmup},
                     {"warmup_ms", opts.warmup_ms},
+                    {"hold", opts.hold},
                     {"num_splits", opts.num_splits},
                     {"cta_warps", opts.cta_warps},
                     {"page_size", opts.page_size},
