@@ -66,8 +66,8 @@ struct AttentionBenchOptions {
   // reference on the dequantized cache; a mismatch fails the run.
   bool check = false;
   // Hold the stream with a spin kernel while each batch of timed launches is enqueued, so that every launch queues
-  // behind the previous one on the GPU rather than behind the host. Off under a profiler (ncu, compute-sanitizer),
-  // which runs each launch to completion before returning, so the spin kernel would wait for its whole timeout.
+  // behind the previous one on the GPU rather than behind the host. Off under ncu (or any tool that runs each profiled
+  // launch to completion before returning): the spin kernel would wait out its whole timeout and the run fail.
   bool hold = true;
   uint64_t seed = 0x5eed000;  // cache and query contents, unequal lengths
   int device = 0;
@@ -99,8 +99,8 @@ void add_attention_bench_options(App* app, AttentionBenchOptions* o) {
   app->add_option("--warmup-ms", o->warmup_ms, "Keep warming up until this many ms have passed (0 = launches only)")
       ->capture_default_str();
   app->add_option("--hold", o->hold,
-                  "Hold the stream while each batch of timed launches is enqueued (false under ncu or "
-                  "compute-sanitizer)")
+                  "Hold the stream while each batch of timed launches is enqueued (false under ncu, which "
+                  "serializes launches)")
       ->capture_default_str();
   app->add_option("--splits", o->num_splits, "Force the split-K count (0 = automatic)")->capture_default_str();
   app->add_option("--cta-warps", o->cta_warps, "Force the warps per CTA (0 = automatic; 4, 8 or 16 where compiled)")

@@ -308,7 +308,7 @@ TEST(ActQuantRmsNorm, SubnormalAndZeroRows) {
   QDEC_CUDA_CHECK(cudaMemcpy(dx.get(), xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
   QDEC_CUDA_CHECK(cudaMemcpy(dw.get(), wb.data(), k * 2, cudaMemcpyHostToDevice));
   // vectors 0: the public entry point (the CTA set this device picks); 2 and 4: each set forced (the test hook).
-  for (int vectors : {0, 2, 4})
+  for (int vectors : {0, 2, 4}) {
     for (float eps : {1e-6f, 0.f}) {
       Int8Activations ref;
       QDEC_ASSERT_OK(rmsnorm_quantize_int8(xf.data(), wf.data(), m, k, eps, &ref));
@@ -336,6 +336,7 @@ TEST(ActQuantRmsNorm, SubnormalAndZeroRows) {
               << "vectors " << vectors << " eps " << eps << " row " << r << " col " << i;
       }
     }
+  }
 }
 
 // ---- per-block quantizer -------------------------------------------------------------------------------------------
