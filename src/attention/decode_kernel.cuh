@@ -21,8 +21,9 @@
 //   rows to save shifts; int8: 1152+q via the 0x64 magic; fp8: exact fp16). Scales stay outside the MMA: K has one
 //   accumulator per scale group (16k dims = whole k-steps), scaled per token afterwards, with the magic and the int4
 //   shift folded into a per-token bias times sum(Q over the group); V folds its per-token scale into P
-//   (P' = P * s * v_norm, one P' per group) and its int4 shift into a side sum P * z. Q is brought into fp16 with a
-//   power-of-two factor (exact for bf16 inputs) folded into the softmax scale.
+//   (P' = P * s * v_norm, one P' per group) and its int4 shift into a side sum P * z (int4 with 4 or 8 groups: P'
+//   from P^T by an fp16 multiply per register, the shift sums by one MMA per block16; see kVPair). Q is brought into
+//   fp16 with a power-of-two factor (exact for bf16 inputs) folded into the softmax scale.
 // - Online softmax per warp in the log2 domain; warps merge through shared memory at the end; split-K
 //   partials are merged by decode_merge.cu (programmatic dependent launch).
 #pragma once
@@ -135,6 +136,10 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 __device__ __forceinline__ uint32_t hsub2_u32(uint32_t a, uint32_t b) {
   __half2 r = __hsub2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+__device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t b) {
+  __half2 r = __hmul2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
   return *reinterpret_cast<uint32_t*>(&r);
 }
 
@@ -534,7 +539,18 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
   for (int mt = 0; mt < NF; ++mt)
 #pragma unroll
     for (int nh = 0; nh < NH; ++nh) o_acc[mt][nh][0] = o_acc[mt][nh][1] = o_acc[mt][nh][2] = o_acc[mt][nh][3] = 0.f;
-  float zsum[VF::kGroups][NH][2];  // int4 V: sum_t P * shift per group and head (lane-partial)
+  // int4 V with 4 or 8 scale groups (kVPair): P^T is built once per block16 and each group's P' is P^T times the
+  // group's scales of the lane's B-operand tokens (2tig, 2tig + 1 and + 8), one fp16 multiply per register; the shift
+  // sums come from one MMA per block16 whose A rows are the groups' shifts. Other quantized V: P' per group from the
+  // fp32 P, and the shift sums (int4) lane by lane. Measured (docs/attention.md, session 30; best of two rounds against
+  // the per-group form): int4-g8 0.91-0.96x the time on the H200 and 0.92-0.99x on the H100, int4-g4 0.97-1.01x, the
+  // (int8-g32, int4-g4) pair 0.97-1.01x; int4-g2 lost (1.02-1.05x on the H200), so 2 groups keep the per-group form.
+  constexpr bool kVPair = VF::kKind == KvKind::kINT4 && VF::kGroups >= 4;
+  static_assert(!kVPair || VF::kGroups <= 8, "the shift MMA holds one group per A row g < 8");
+  float zsum[VF::kGroups][NH][2];      // int4 V: sum_t P * shift per group and head (lane-partial; kVPair: at the end)
+  [[maybe_unused]] float zacc[NH][4];  // kVPair: row g = group g (< kGroups), columns heads 2tig, 2tig + 1
+#pragma unroll
+  for (int nh = 0; nh < NH; ++nh) zacc[nh][0] = zacc[nh][1] = zacc[nh][2] = zacc[nh][3] = 0.f;
 #pragma unroll
   for (int gg = 0; gg < VF::kGroups; ++gg)
 #pragma unroll
@@ -543,8 +559,10 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
 #pragma unroll
   for (int nh = 0; nh < NH; ++nh) m_run[nh][0] = m_run[nh][1] = -INFINITY, l_run[nh][0] = l_run[nh][1] = 0.f;
   // Quantized V: P' = P * s * v_norm with v_norm = 2^-e fixed (per warp) at the first non-zero scale, so
-  // P' stays in fp16's normal range whatever the scale's magnitude (fp8 scales are amax/57344).
+  // P' stays in fp16's normal range whatever the scale's magnitude (fp8 scales are amax/57344). kVPair multiplies
+  // in fp16, so there v_norm stays within 2^-14..2^14 (s * v_norm is then exact for every finite fp16 scale).
   float v_norm = 0.f;
+  [[maybe_unused]] uint32_t v_norm2 = 0u;  // kVPair: v_norm as fp16 x2 (kept within 2^-14..2^14, exact)
 
   // One block16 of this warp. kPartial: some of its 16 tokens are past the end (masked, and their
   // possibly non-finite cache bytes zeroed) — a separate instantiation keeps the masks off the fast path.
@@ -654,10 +672,17 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
         for (int nh = 0; nh < NH; ++nh)
 #pragma unroll
           for (int c = 0; c < 4; ++c) o_acc[mt][nh][c] *= alpha[nh][c & 1];
+      if constexpr (kVPair) {
 #pragma unroll
-      for (int gg = 0; gg < VF::kGroups; ++gg)
+        for (int nh = 0; nh < NH; ++nh)
 #pragma unroll
-        for (int nh = 0; nh < NH; ++nh) zsum[gg][nh][0] *= alpha[nh][0], zsum[gg][nh][1] *= alpha[nh][1];
+          for (int c = 0; c < 4; ++c) zacc[nh][c] *= alpha[nh][c & 1];
+      } else {
+#pragma unroll
+        for (int gg = 0; gg < VF::kGroups; ++gg)
+#pragma unroll
+          for (int nh = 0; nh < NH; ++nh) zsum[gg][nh][0] *= alpha[nh][0], zsum[gg][nh][1] *= alpha[nh][1];
+      }
     }
     float pr[NH][4];
 #pragma unroll
@@ -670,11 +695,64 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
         l_run[nh][h] += pr[nh][h] + pr[nh][2 + h];
       }
 
-      // ---- O^T += V^T P'^T, one B operand (P' transposed by movmatrix) per V scale group.
+    // ---- O^T += V^T P'^T, one B operand (P' transposed by movmatrix) per V scale group.
+    // Lanes' V tokens: registers 0/1 hold tokens 2tig, 2tig+1; registers 2/3 tokens 2tig+8, 2tig+9.
+    uint32_t vmask_lo = 0xffffffffu, vmask_hi = 0xffffffffu;
+    if constexpr (kPartial) {
+      const int t0 = 2 * tig, t1 = 2 * tig + 8;
+      vmask_lo = (t0 < nvalid ? 0x0000ffffu : 0u) | (t0 + 1 < nvalid ? 0xffff0000u : 0u);
+      vmask_hi = (t1 < nvalid ? 0x0000ffffu : 0u) | (t1 + 1 < nvalid ? 0xffff0000u : 0u);
+    }
+    [[maybe_unused]] uint32_t pt[NH][2];  // kVPair: P^T (B operand: tokens 2tig, 2tig + 1 / + 8, + 9 of head g)
+    if constexpr (kVPair) {
+#pragma unroll
+      for (int nh = 0; nh < NH; ++nh) {
+        pt[nh][0] = movmatrix_trans(pack_f16(pr[nh][0], pr[nh][1]));
+        pt[nh][1] = movmatrix_trans(pack_f16(pr[nh][2], pr[nh][3]));
+      }
+      // Shift sums: A = the groups' shifts (row g: group g, k: the block16's tokens), B = P^T. Each (token, group)
+      // meta entry is (scale, shift) in fp16; a lane's two tokens are adjacent entries. Stale entries of masked
+      // tokens are zeroed (P is 0 there, but 0 * Inf would not be).
+      const uint8_t* e = v_meta + (g < VF::kGroups ? g : 0) * kStageTokens * VF::kMetaEntry + 2 * tig * VF::kMetaEntry;
+      const uint2 lo = *reinterpret_cast<const uint2*>(e);
+      const uint2 hi = *reinterpret_cast<const uint2*>(e + 8 * VF::kMetaEntry);
+      uint32_t za[4];
+      za[0] = g < VF::kGroups ? prmt(lo.x, lo.y, 0x7632) & vmask_lo : 0u;
+      za[1] = 0u;
+      za[2] = g < VF::kGroups ? prmt(hi.x, hi.y, 0x7632) & vmask_hi : 0u;
+      za[3] = 0u;
+#pragma unroll
+      for (int nh = 0; nh < NH; ++nh) mma16816<false>(zacc[nh], za, pt[nh][0], pt[nh][1]);
+    }
 #pragma unroll
     for (int gg = 0; gg < VF::kGroups; ++gg) {
       uint32_t pb[NH][2];
-      if constexpr (VF::kQuant) {
+      if constexpr (kVPair) {
+        const uint8_t* e = v_meta + gg * kStageTokens * VF::kMetaEntry + 2 * tig * VF::kMetaEntry;
+        const uint2 lo = *reinterpret_cast<const uint2*>(e);
+        const uint2 hi = *reinterpret_cast<const uint2*>(e + 8 * VF::kMetaEntry);
+        uint32_t s_lo = prmt(lo.x, lo.y, 0x5410) & vmask_lo, s_hi = prmt(hi.x, hi.y, 0x5410) & vmask_hi;
+        if (v_norm == 0.f) {  // warp-uniform
+          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&s_lo));
+          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&s_hi));
+          float mx = fmaxf(fmaxf(a.x, a.y), fmaxf(b.x, b.y));
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+          if (mx > 0.f && mx <= 65504.f) {
+            int ex;
+            frexpf(mx, &ex);
+            v_norm = ldexpf(1.f, max(-14, min(14, -ex)));
+            v_norm2 = pack_f16(v_norm, v_norm);
+          }
+        }
+        s_lo = hmul2_u32(s_lo, v_norm2);
+        s_hi = hmul2_u32(s_hi, v_norm2);
+#pragma unroll
+        for (int nh = 0; nh < NH; ++nh) {
+          pb[nh][0] = hmul2_u32(pt[nh][0], s_lo);
+          pb[nh][1] = hmul2_u32(pt[nh][1], s_hi);
+        }
+      } else if constexpr (VF::kQuant) {
         float vs[2], vz[2];
         load_meta2<VF>(v_meta + gg * kStageTokens * VF::kMetaEntry, g, vs, vz);
         if constexpr (kPartial) {
@@ -713,13 +791,6 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
             pb[nh][1] = movmatrix_trans(pack_f16(pr[nh][2], pr[nh][3]));
           }
         }
-      }
-      // Lanes' V tokens: registers 0/1 hold tokens 2tig, 2tig+1; registers 2/3 tokens 2tig+8, 2tig+9.
-      uint32_t vmask_lo = 0xffffffffu, vmask_hi = 0xffffffffu;
-      if constexpr (kPartial) {
-        const int t0 = 2 * tig, t1 = 2 * tig + 8;
-        vmask_lo = (t0 < nvalid ? 0x0000ffffu : 0u) | (t0 + 1 < nvalid ? 0xffff0000u : 0u);
-        vmask_hi = (t1 < nvalid ? 0x0000ffffu : 0u) | (t1 + 1 < nvalid ? 0xffff0000u : 0u);
       }
 #pragma unroll
       for (int mm = 0; mm < MTPG; ++mm) {
@@ -783,9 +854,19 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
 #pragma unroll
       for (int o = 4; o < 32; o <<= 1) {
         l_run[nh][h] += __shfl_xor_sync(0xffffffffu, l_run[nh][h], o);
+        if constexpr (!kVPair) {
 #pragma unroll
-        for (int gg = 0; gg < VF::kGroups; ++gg) zsum[gg][nh][h] += __shfl_xor_sync(0xffffffffu, zsum[gg][nh][h], o);
+          for (int gg = 0; gg < VF::kGroups; ++gg) zsum[gg][nh][h] += __shfl_xor_sync(0xffffffffu, zsum[gg][nh][h], o);
+        }
       }
+  if constexpr (kVPair) {  // group gg's sums sit in the lanes of row g = gg
+#pragma unroll
+    for (int gg = 0; gg < VF::kGroups; ++gg)
+#pragma unroll
+      for (int nh = 0; nh < NH; ++nh)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) zsum[gg][nh][h] = __shfl_sync(0xffffffffu, zacc[nh][h], gg * 4 + tig);
+  }
   // Exact (powers of two): undo v_norm and the int4 code scale.
   const float o_unnorm = ((VF::kQuant && v_norm != 0.f) ? 1.f / v_norm : 1.f) * VF::kCodeScale;
   float* o_s = reinterpret_cast<float*>(smem);  // [warp][16 heads][D]
