@@ -159,6 +159,17 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// The warp's V normalizer: 2^-e for its largest scale mx < 2^e (e clamped to +-clamp), or 0 while every lane's scale is
+// 0 or above `limit` (the caller tries again at its next scales).
+__device__ __forceinline__ float warp_v_norm(float mx, float limit, int clamp) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (!(mx > 0.f && mx <= limit)) return 0.f;
+  int ex;
+  frexpf(mx, &ex);
+  return ldexpf(1.f, max(-clamp, min(clamp, -ex)));
+}
+
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   uint32_t d;
   asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(x));
@@ -735,15 +746,8 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
         if (v_norm == 0.f) {  // warp-uniform
           const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&s_lo));
           const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&s_hi));
-          float mx = fmaxf(fmaxf(a.x, a.y), fmaxf(b.x, b.y));
-#pragma unroll
-          for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-          if (mx > 0.f && mx <= 65504.f) {
-            int ex;
-            frexpf(mx, &ex);
-            v_norm = ldexpf(1.f, max(-14, min(14, -ex)));
-            v_norm2 = pack_f16(v_norm, v_norm);
-          }
+          v_norm = warp_v_norm(fmaxf(fmaxf(a.x, a.y), fmaxf(b.x, b.y)), 65504.f, 14);
+          v_norm2 = pack_f16(v_norm, v_norm);
         }
         s_lo = hmul2_u32(s_lo, v_norm2);
         s_hi = hmul2_u32(s_hi, v_norm2);
@@ -760,16 +764,7 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
           for (int t = 0; t < 2; ++t)
             if (!tok_ok[t]) vs[t] = vz[t] = 0.f;
         }
-        if (v_norm == 0.f) {  // warp-uniform
-          float mx = fmaxf(vs[0], vs[1]);
-#pragma unroll
-          for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-          if (mx > 0.f && mx <= 3.0e38f) {
-            int ex;
-            frexpf(mx, &ex);
-            v_norm = ldexpf(1.f, max(-126, min(126, -ex)));
-          }
-        }
+        if (v_norm == 0.f) v_norm = warp_v_norm(fmaxf(vs[0], vs[1]), 3.0e38f, 126);  // warp-uniform
         const float s0 = vs[0] * v_norm, s1 = vs[1] * v_norm;
 #pragma unroll
         for (int nh = 0; nh < NH; ++nh) {
