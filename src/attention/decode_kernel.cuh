@@ -571,7 +571,8 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
   for (int nh = 0; nh < NH; ++nh) m_run[nh][0] = m_run[nh][1] = -INFINITY, l_run[nh][0] = l_run[nh][1] = 0.f;
   // Quantized V: P' = P * s * v_norm with v_norm = 2^-e fixed (per warp) at the first non-zero scale, so
   // P' stays in fp16's normal range whatever the scale's magnitude (fp8 scales are amax/57344). kVPair multiplies
-  // in fp16, so there v_norm stays within 2^-14..2^14 (s * v_norm is then exact for every finite fp16 scale).
+  // in fp16, so there v_norm stays within 2^-14..2^14 (an fp16 power of two: s * v_norm is exact down to fp16's
+  // subnormals).
   float v_norm = 0.f;
   [[maybe_unused]] uint32_t v_norm2 = 0u;  // kVPair: v_norm as fp16 x2 (kept within 2^-14..2^14, exact)
 
