@@ -43,6 +43,9 @@ struct Case {
   int batch = 0;         // sequences of length len_case; 0: 2 (unequal lengths: always 5)
   int expect_warps = 0;  // > 0: the automatic plan must pick this many warps and one split (on 3/4 of the SMs or more)
   bool narrow_plan = false;  // 16-bit head_dim 128: check the automatic choice of the unsplit 4-warp kernel
+  int k_gain_log10 = 0;      // K and V values times 10^gain (scales far from 1 in either direction)
+  int v_gain_log10 = 0;
+  int v_const_prefix = 0;  // the first tokens of every sequence have constant V rows (zero scales, shift only)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -52,6 +55,10 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
       std::to_string(c.group_size) + "_" + (c.len_case > 0 ? "len" + std::to_string(c.len_case) : "unequal") + "_s" +
       std::to_string(c.splits) + "_p" + std::to_string(c.page_size) + (c.paged ? "_paged" : "") +
       (c.cta_warps ? "_w" + std::to_string(c.cta_warps) : "") + (c.batch ? "_b" + std::to_string(c.batch) : "");
+  auto gain = [](int e) { return std::to_string(std::abs(e)).insert(0, e < 0 ? 1 : 0, 'm'); };
+  if (c.k_gain_log10) s += "_kgain" + gain(c.k_gain_log10);
+  if (c.v_gain_log10) s += "_vgain" + gain(c.v_gain_log10);
+  if (c.v_const_prefix) s += "_vconst" + std::to_string(c.v_const_prefix);
   for (char& ch : s)
     if (ch == '-') ch = '_';
   return s;
@@ -97,6 +104,12 @@ void run_case(const Case& c, uint64_t seed) {
   for (auto& x : q) x = nd(rng);
   fill_kv(rng, k, D, 6.0);
   fill_kv(rng, v, D, 2.0);
+  for (auto& x : k) x *= static_cast<float>(std::pow(10.0, c.k_gain_log10));
+  for (int b = 0; b < batch; ++b)
+    for (int t = 0; t < std::min(c.v_const_prefix, t_max); ++t)
+      for (int h = 0; h < num_kv_heads; ++h)
+        for (int d = 0; d < D; ++d) v[((static_cast<size_t>(b) * t_max + t) * num_kv_heads + h) * D + d] = 0.25f + h;
+  for (auto& x : v) x *= static_cast<float>(std::pow(10.0, c.v_gain_log10));
   std::vector<uint16_t> q_bits(q.size());
   std::vector<double> q64(q.size());
   for (size_t i = 0; i < q.size(); ++i) {
@@ -273,6 +286,35 @@ std::vector<Case> all_cases() {
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Formats, DecodeGpu, ::testing::ValuesIn(all_cases()), case_name);
+
+// Scales far from 1: K and V values times 10^e, and sequences whose first 48 tokens have constant V rows (every V scale
+// zero, so a warp's V normalizer is fixed only at a later block16). Every pair at head_dim 128, group size 4.
+std::vector<Case> scale_cases() {
+  std::vector<Case> cases;
+  for (const Pair& pr : kPairs)
+    for (int len : {129, 1000}) {
+      for (int kg : {-3, 1}) {
+        Case c{pr.k, pr.v, 128, 4, len, 0};
+        c.k_gain_log10 = kg;
+        cases.push_back(c);
+      }
+      // fp16 caches write an fp16 O: at 10^-5 its values are fp16 subnormals (steps of 6e-8, ~1% of them), so they
+      // take 10^-4.
+      for (int vg : {std::strcmp(pr.v, "fp16") == 0 ? -4 : -5, -3, 3}) {
+        Case c{pr.k, pr.v, 128, 4, len, 0};
+        c.v_gain_log10 = vg;
+        cases.push_back(c);
+      }
+      for (int vg : {0, -4, 3}) {
+        Case c{pr.k, pr.v, 128, 4, len, len == 129 ? 1 : 3};
+        c.v_gain_log10 = vg;
+        c.v_const_prefix = 48;
+        cases.push_back(c);
+      }
+    }
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Scales, DecodeGpu, ::testing::ValuesIn(scale_cases()), case_name);
 
 // Page sizes other than the default, larger group sizes, and forced split counts beyond the work.
 std::vector<Case> extra_cases() {

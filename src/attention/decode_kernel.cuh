@@ -20,7 +20,8 @@
 // - Quantized formats compute in fp16 on exact codes (int4: the subnormal q * 2^-24 by one AND, 16q on the odd
 //   rows to save shifts; int8: 1152+q via the 0x64 magic; fp8: exact fp16). Scales stay outside the MMA: K has one
 //   accumulator per scale group (16k dims = whole k-steps), scaled per token afterwards, with the magic and the int4
-//   shift folded into a per-token bias times sum(Q over the group); V folds its per-token scale into P
+//   shift folded into a per-token bias times sum(Q over the group) (int4 with 2, 4 or 8 groups: all groups' shift terms
+//   by one MMA per block16; see kKPair); V folds its per-token scale into P
 //   (P' = P * s * v_norm, one P' per group) and its int4 shift into a side sum P * z (int4 with 4 or 8 groups: P'
 //   from P^T by an fp16 multiply per register, the shift sums by one MMA per block16; see kVPair). Q is brought into
 //   fp16 with a power-of-two factor (exact for bf16 inputs) folded into the softmax scale.
@@ -159,15 +160,17 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// The warp's V normalizer: 2^-e for its largest scale mx < 2^e (e clamped to +-clamp), or 0 while every lane's scale is
-// 0 or above `limit` (the caller tries again at its next scales).
-__device__ __forceinline__ float warp_v_norm(float mx, float limit, int clamp) {
+// The warp's V normalizer: 2^n with n = -e for its largest scale mx < 2^e, clamped to [lo, hi], or 0 while every lane's
+// scale is 0 or above `limit` (the caller tries again at its next scales). `n_out` receives n.
+__device__ __forceinline__ float warp_v_norm(float mx, float limit, int lo, int hi, int* n_out = nullptr) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   if (!(mx > 0.f && mx <= limit)) return 0.f;
   int ex;
   frexpf(mx, &ex);
-  return ldexpf(1.f, max(-clamp, min(clamp, -ex)));
+  const int n = max(lo, min(hi, -ex));
+  if (n_out) *n_out = n;
+  return ldexpf(1.f, n);
 }
 
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
@@ -377,6 +380,9 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
   // 2 chains on int4-g2's 4-step groups +1..2% (their group chains interleave already); two head tiles are two
   // chains already, with tight registers.
   constexpr int kKChains = NH == 1 && KF::kGroups == 1 && KSPG >= 4 ? 2 : 1;
+  // int4 K with 2, 4 or 8 scale groups: the shifts' terms by one MMA per block16 (see qzb below).
+  constexpr bool kKPair = KF::kKind == KvKind::kINT4 && KF::kGroups >= 2;
+  static_assert(!kKPair || KF::kGroups <= 8, "the shift MMA holds one group per k slot 2tig, 2tig + 1 < 8");
   static_assert(!KF::kBF16 || VF::kBF16, "a bf16 K cache needs a bf16 V cache");
 
   extern __shared__ __align__(16) uint8_t smem[];
@@ -540,7 +546,33 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
         qb[j][nh][1] = pack_f16(r0[8] * q_factor, r0[9] * q_factor);
       }
     }
-  const float score_scale = p.sm_scale_log2 / q_factor;  // log2-domain softmax scale on S
+  // int4 K with 2, 4 or 8 scale groups (kKPair): S^T sums each group's scale times its accumulator (one FMA per
+  // register) and adds every group's shift times its Q sum by one MMA per block16: A = the shifts (row: token, k =
+  // group), B = the Q sums times 2^-kKPairQsumLog2 (k < 8: the fp16 value hi, k >= 8: the fp16 remainder lo, so hi + lo
+  // keeps ~22 bits of the fp32 sum; a group's sum of at most 64 values below 2^14 stays below 2^12 in fp16). The
+  // scores then carry the factor 2^-kKPairQsumLog2, undone in the softmax scale. Measured against the per-group form
+  // (docs/attention.md, session 31, three rounds per call): int4-g8 0.92-0.97x the time on the H200, int4-g4 0.98-1.00x
+  // (SmolLM2 0.90-0.92x), int4-g2 0.97-1.01x; on the H100 0.97-1.03x, within its run-to-run spread. Other quantized K:
+  // the shift (int4) or magic (int8) term per group and register from the fp32 sums in qsum_s.
+  constexpr int kKPairQsumLog2 = 8;
+  [[maybe_unused]] uint32_t qzb[NH][2] = {};  // kKPair: B fragments (k = 2tig, 2tig + 1 / + 8, + 9; n = head g)
+  if constexpr (kKPair) {
+#pragma unroll
+    for (int nh = 0; nh < NH; ++nh) {
+      float hi[2], lo[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int grp = 2 * tig + h;
+        const float x = grp < KF::kGroups ? qsum_s[grp * 16 + 8 * nh + g] * (1.f / (1 << kKPairQsumLog2)) : 0.f;
+        hi[h] = __half2float(__float2half_rn(x));
+        lo[h] = x - hi[h];
+      }
+      qzb[nh][0] = pack_f16(hi[0], hi[1]);
+      qzb[nh][1] = pack_f16(lo[0], lo[1]);
+    }
+  }
+  const float score_scale =
+      p.sm_scale_log2 / q_factor * (kKPair ? float(1 << kKPairQsumLog2) : 1.f);  // log2-domain softmax scale on S
   // Q sits in the last pipeline buffer: every warp has its fragments before any warp copies into it.
   if constexpr (S::kQInPipe) __syncthreads();
 
@@ -570,11 +602,17 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
 #pragma unroll
   for (int nh = 0; nh < NH; ++nh) m_run[nh][0] = m_run[nh][1] = -INFINITY, l_run[nh][0] = l_run[nh][1] = 0.f;
   // Quantized V: P' = P * s * v_norm with v_norm = 2^-e fixed (per warp) at the first non-zero scale, so
-  // P' stays in fp16's normal range whatever the scale's magnitude (fp8 scales are amax/57344). kVPair multiplies
-  // in fp16, so there v_norm stays within 2^-14..2^14 (an fp16 power of two: s * v_norm is exact down to fp16's
-  // subnormals).
+  // P' stays in fp16's normal range whatever the scale's magnitude (fp8 scales are amax/57344). kVPair: v_norm is
+  // fixed before the block's exponentials and folded into them (P carries it: P^T is fp16(P * v_norm), and l and the
+  // shift sums carry it until the epilogue), so a group's P' is one fp16 multiply of P^T by its scales. There v_norm
+  // stays within 2^-4..2^11: P * v_norm <= 2^15 fits fp16; clamped at 2^-4, P' <= 16 * 65504 * 2^-4 for any scale; and
+  // a P below 2^-10 turns subnormal only where it weighs < 2^-20 of the block's largest P (>= 1). As on the other
+  // paths, P' overflows where a later scale exceeds the one that fixed v_norm by more than 2^12 (docs/attention.md,
+  // "Limits"). Measured with kKPair against kKPair alone (session 31, three rounds per call): int4-g4 0.94-0.97x the
+  // time at B >= 128 on the H200 and 0.98-0.99x on the H100 (long 128K there 1.03x, still 78-79% of the read ceiling),
+  // int4-g8 0.97-1.02x.
   float v_norm = 0.f;
-  [[maybe_unused]] uint32_t v_norm2 = 0u;  // kVPair: v_norm as fp16 x2 (kept within 2^-14..2^14, exact)
+  [[maybe_unused]] float v_ev = 0.f;  // kVPair: log2(v_norm) once fixed, else 0
 
   // One block16 of this warp. kPartial: some of its 16 tokens are past the end (masked, and their
   // possibly non-finite cache bytes zeroed) — a separate instantiation keeps the masks off the fast path.
@@ -585,6 +623,40 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
     const uint8_t* v_lane = stage + S::kOffVData + warp * VG::kDataBytes + lane * 16;
     [[maybe_unused]] const uint8_t* v_meta = stage + S::kOffVMeta + warp * kBlockTokens * VF::kMetaEntry;
     const bool tok_ok[2] = {!kPartial || g < nvalid, !kPartial || g + 8 < nvalid};
+    // Lanes' V tokens (B operand of P^T): registers 0/1 hold tokens 2tig, 2tig+1; registers 2/3 tokens 2tig+8, 2tig+9.
+    uint32_t vmask_lo = 0xffffffffu, vmask_hi = 0xffffffffu;
+    if constexpr (kPartial) {
+      const int t0 = 2 * tig, t1 = 2 * tig + 8;
+      vmask_lo = (t0 < nvalid ? 0x0000ffffu : 0u) | (t0 + 1 < nvalid ? 0xffff0000u : 0u);
+      vmask_hi = (t1 < nvalid ? 0x0000ffffu : 0u) | (t1 + 1 < nvalid ? 0xffff0000u : 0u);
+    }
+    if constexpr (kVPair) {
+      if (v_norm == 0.f) {  // warp-uniform: the first block16 with a non-zero V scale fixes v_norm
+        float mx = 0.f;
+#pragma unroll
+        for (int gg = 0; gg < VF::kGroups; ++gg) {
+          const uint8_t* e = v_meta + gg * kStageTokens * VF::kMetaEntry + 2 * tig * VF::kMetaEntry;
+          const uint2 lo = *reinterpret_cast<const uint2*>(e);
+          const uint2 hi = *reinterpret_cast<const uint2*>(e + 8 * VF::kMetaEntry);
+          uint32_t s_lo = prmt(lo.x, lo.y, 0x5410) & vmask_lo, s_hi = prmt(hi.x, hi.y, 0x5410) & vmask_hi;
+          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&s_lo));
+          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&s_hi));
+          mx = fmaxf(mx, fmaxf(fmaxf(a.x, a.y), fmaxf(b.x, b.y)));
+        }
+        int n = 0;
+        v_norm = warp_v_norm(mx, 65504.f, -4, 11, &n);
+        if (v_norm != 0.f) {  // what was summed before (shift sums; P' was 0) takes the factor too
+          v_ev = static_cast<float>(n);
+#pragma unroll
+          for (int nh = 0; nh < NH; ++nh) {
+            l_run[nh][0] *= v_norm;
+            l_run[nh][1] *= v_norm;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) zacc[nh][c] *= v_norm;
+          }
+        }
+      }
+    }
 
     // ---- S^T = K Q^T: st[nh] = (tokens g / g+8) x (heads 8nh + 2tig, +1), log2 domain.
     float st[NH][4];
@@ -616,7 +688,19 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
           for (int ch = 1; ch < kKChains; ++ch) x += acc2[ch][nh][c];
           acc[nh][c] = x;
         }
-      if constexpr (kQuantK) {
+      if constexpr (kKPair) {
+        // st = sum over groups of s * acc (the code scale and the shifts come after the loop).
+        float ks[2];
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+          ks[t] = __low2float(*reinterpret_cast<const __half2*>(k_meta + gg * kStageTokens * KF::kMetaEntry +
+                                                                (g + 8 * t) * KF::kMetaEntry));
+#pragma unroll
+        for (int nh = 0; nh < NH; ++nh)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            st[nh][c] = gg == 0 ? ks[c >> 1] * acc[nh][c] : fmaf(ks[c >> 1], acc[nh][c], st[nh][c]);
+      } else if constexpr (kQuantK) {
         float ks[2], kz[2];
         load_meta2<KF>(k_meta + gg * kStageTokens * KF::kMetaEntry, g, ks, kz);
         // Code scale on the accumulator (token g+8 came in as 16q for int4: one constant per row), and the
@@ -646,6 +730,32 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
         for (int nh = 0; nh < NH; ++nh)
 #pragma unroll
           for (int c = 0; c < 4; ++c) st[nh][c] = acc[nh][c];
+      }
+    }
+
+    if constexpr (kKPair) {
+      // The code scale (token g + 8 came in as 16q), then the shift terms: A row g / g + 8 = token, k = group
+      // 2tig, 2tig + 1 (and the same at k + 8, where B holds the remainders). A lane's two groups' entries of one
+      // token are one group array apart. Stale entries of masked tokens only reach their own rows (set to -inf).
+      constexpr float kt0 = KF::kCodeScale / (1 << kKPairQsumLog2);
+      constexpr float kt1 = kt0 / KF::kOddRowScale;
+      uint32_t za[4] = {0u, 0u, 0u, 0u};
+      if (KF::kGroups >= 8 || 2 * tig < KF::kGroups) {
+        const uint8_t* e = k_meta + 2 * tig * kStageTokens * KF::kMetaEntry + g * KF::kMetaEntry;
+        const uint8_t* e1 = e + kStageTokens * KF::kMetaEntry;
+        za[0] = prmt(*reinterpret_cast<const uint32_t*>(e), *reinterpret_cast<const uint32_t*>(e1), 0x7632);
+        za[1] = prmt(*reinterpret_cast<const uint32_t*>(e + 8 * KF::kMetaEntry),
+                     *reinterpret_cast<const uint32_t*>(e1 + 8 * KF::kMetaEntry), 0x7632);
+        za[2] = za[0];
+        za[3] = za[1];
+      }
+#pragma unroll
+      for (int nh = 0; nh < NH; ++nh) {
+        st[nh][0] *= kt0;
+        st[nh][1] *= kt0;
+        st[nh][2] *= kt1;
+        st[nh][3] *= kt1;
+        mma16816<false>(st[nh], za, qzb[nh][0], qzb[nh][1]);
       }
     }
 
@@ -701,20 +811,14 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
     for (int nh = 0; nh < NH; ++nh)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float m_use = m_run[nh][h] == -INFINITY ? 0.f : m_run[nh][h];
+        // kVPair: P * v_norm (v_ev = log2(v_norm), 0 for other formats).
+        const float m_use = (m_run[nh][h] == -INFINITY ? 0.f : m_run[nh][h]) - v_ev;
         pr[nh][h] = fast_exp2(st[nh][h] - m_use);
         pr[nh][2 + h] = fast_exp2(st[nh][2 + h] - m_use);
         l_run[nh][h] += pr[nh][h] + pr[nh][2 + h];
       }
 
     // ---- O^T += V^T P'^T, one B operand (P' transposed by movmatrix) per V scale group.
-    // Lanes' V tokens: registers 0/1 hold tokens 2tig, 2tig+1; registers 2/3 tokens 2tig+8, 2tig+9.
-    uint32_t vmask_lo = 0xffffffffu, vmask_hi = 0xffffffffu;
-    if constexpr (kPartial) {
-      const int t0 = 2 * tig, t1 = 2 * tig + 8;
-      vmask_lo = (t0 < nvalid ? 0x0000ffffu : 0u) | (t0 + 1 < nvalid ? 0xffff0000u : 0u);
-      vmask_hi = (t1 < nvalid ? 0x0000ffffu : 0u) | (t1 + 1 < nvalid ? 0xffff0000u : 0u);
-    }
     [[maybe_unused]] uint32_t pt[NH][2];  // kVPair: P^T (B operand: tokens 2tig, 2tig + 1 / + 8, + 9 of head g)
     if constexpr (kVPair) {
 #pragma unroll
@@ -743,15 +847,7 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
         const uint8_t* e = v_meta + gg * kStageTokens * VF::kMetaEntry + 2 * tig * VF::kMetaEntry;
         const uint2 lo = *reinterpret_cast<const uint2*>(e);
         const uint2 hi = *reinterpret_cast<const uint2*>(e + 8 * VF::kMetaEntry);
-        uint32_t s_lo = prmt(lo.x, lo.y, 0x5410) & vmask_lo, s_hi = prmt(hi.x, hi.y, 0x5410) & vmask_hi;
-        if (v_norm == 0.f) {  // warp-uniform
-          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&s_lo));
-          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&s_hi));
-          v_norm = warp_v_norm(fmaxf(fmaxf(a.x, a.y), fmaxf(b.x, b.y)), 65504.f, 14);
-          v_norm2 = pack_f16(v_norm, v_norm);
-        }
-        s_lo = hmul2_u32(s_lo, v_norm2);
-        s_hi = hmul2_u32(s_hi, v_norm2);
+        const uint32_t s_lo = prmt(lo.x, lo.y, 0x5410) & vmask_lo, s_hi = prmt(hi.x, hi.y, 0x5410) & vmask_hi;
 #pragma unroll
         for (int nh = 0; nh < NH; ++nh) {
           pb[nh][0] = hmul2_u32(pt[nh][0], s_lo);
@@ -765,7 +861,7 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
           for (int t = 0; t < 2; ++t)
             if (!tok_ok[t]) vs[t] = vz[t] = 0.f;
         }
-        if (v_norm == 0.f) v_norm = warp_v_norm(fmaxf(vs[0], vs[1]), 3.0e38f, 126);  // warp-uniform
+        if (v_norm == 0.f) v_norm = warp_v_norm(fmaxf(vs[0], vs[1]), 3.0e38f, -126, 126);  // warp-uniform
         const float s0 = vs[0] * v_norm, s1 = vs[1] * v_norm;
 #pragma unroll
         for (int nh = 0; nh < NH; ++nh) {
@@ -843,6 +939,12 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
   __syncthreads();
 
   // ---- Merge the warps: per head m, l, and O (with the int4 shift sums) through shared memory.
+  // Exact (powers of two): undo v_norm (kVPair: in l and the shift sums too) and the int4 code scale.
+  const float v_inv = (VF::kQuant && v_norm != 0.f) ? 1.f / v_norm : 1.f;
+  if constexpr (kVPair) {
+#pragma unroll
+    for (int nh = 0; nh < NH; ++nh) l_run[nh][0] *= v_inv, l_run[nh][1] *= v_inv;
+  }
 #pragma unroll
   for (int nh = 0; nh < NH; ++nh)
 #pragma unroll
@@ -861,10 +963,9 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
 #pragma unroll
       for (int nh = 0; nh < NH; ++nh)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) zsum[gg][nh][h] = __shfl_sync(0xffffffffu, zacc[nh][h], gg * 4 + tig);
+        for (int h = 0; h < 2; ++h) zsum[gg][nh][h] = __shfl_sync(0xffffffffu, zacc[nh][h], gg * 4 + tig) * v_inv;
   }
-  // Exact (powers of two): undo v_norm and the int4 code scale.
-  const float o_unnorm = ((VF::kQuant && v_norm != 0.f) ? 1.f / v_norm : 1.f) * VF::kCodeScale;
+  const float o_unnorm = v_inv * VF::kCodeScale;
   float* o_s = reinterpret_cast<float*>(smem);  // [warp][16 heads][D]
   float* ml_s = o_s + kWarps * 16 * D;          // m [warp][16], l [warp][16]
 #pragma unroll
