@@ -43,9 +43,9 @@ struct Case {
   int batch = 0;         // sequences of length len_case; 0: 2 (unequal lengths: always 5)
   int expect_warps = 0;  // > 0: the automatic plan must pick this many warps and one split (on 3/4 of the SMs or more)
   bool narrow_plan = false;  // 16-bit head_dim 128: check the automatic choice of the unsplit 4-warp kernel
-  int k_gain_log10 = 0;      // K and V values times 10^gain (scales far from 1 in either direction)
-  int v_gain_log10 = 0;
-  int v_const_prefix = 0;  // the first tokens of every sequence have constant V rows (zero scales, shift only)
+  int k_gain_log10 = 0;      // K values times 10^k_gain_log10 (K scales far from 1 in either direction)
+  int v_gain_log10 = 0;      // V values times 10^v_gain_log10
+  int v_const_prefix = 0;    // the first tokens of every sequence have constant V rows (zero scales, shift only)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
