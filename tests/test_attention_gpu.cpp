@@ -332,6 +332,21 @@ std::vector<Case> extra_cases() {
 }
 INSTANTIATE_TEST_SUITE_P(Extra, DecodeGpu, ::testing::ValuesIn(extra_cases()), case_name);
 
+// Contiguous caches whose block16s are under 2 KB (the int4-V pairs at head_dim 64) copy through StridedCopy when a
+// tile holds at most one stage of tokens (64 at head_dim 64): tiles of 16 and 32 tokens (4 and 2 per stage), 64, and
+// 128 (over a stage: the general copy path); one and two head tiles, automatic and forced splits, unequal lengths.
+std::vector<Case> strided_cases() {
+  std::vector<Case> cases;
+  const Pair pairs[] = {
+      {"int4", "int4"}, {"int4-g2", "int4-g2"}, {"int4-g4", "int4-g4"}, {"int8", "int4"}, {"int8-g32", "int4-g4"}};
+  for (const Pair& pr : pairs)
+    for (int page : {16, 32, 64, 128})
+      for (int gs : {1, 16})
+        for (int splits : {0, 3}) cases.push_back({pr.k, pr.v, 64, gs, 0, splits, page});
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Strided, DecodeGpu, ::testing::ValuesIn(strided_cases()), case_name);
+
 // Paged (issue 3): every pair, head_dim, group size and split mode of the contiguous cases, on shuffled
 // pages of 16 and 64 tokens, unequal lengths (1, 17, 1500 and random) and one long sequence.
 std::vector<Case> paged_cases() {

@@ -312,6 +312,31 @@ struct PageCursor {
   }
 };
 
+// The meta chunks of a block16: each (group, 16 tokens) run of meta entries is kMetaEntry 16-byte chunks; K's come
+// first, then V's (kCount in all).
+template <class KF, class VF, int D, int W>
+struct MetaChunks {
+  using S = DecodeSmem<KF, VF, D, W>;
+  static constexpr int KMC = KF::kQuant ? KF::kGroups * KF::kMetaEntry : 0;
+  static constexpr int VMC = VF::kQuant ? VF::kGroups * VF::kMetaEntry : 0;
+  static constexpr int kCount = KMC + VMC;
+  // Chunk c (< kCount) of the warp's block16 at `in_tile` of its tile: returns its offset in a stage; `is_k` says whose
+  // it is and `src` its offset from that tile's base.
+  static __device__ __forceinline__ int chunk(int c, int warp, int psl, int in_tile, bool& is_k, int& src) {
+    using KG = BlockGeom<KF, D>;
+    using VG = BlockGeom<VF, D>;
+    constexpr int KE = KF::kMetaEntry > 0 ? KF::kMetaEntry : 1, VE = VF::kMetaEntry > 0 ? VF::kMetaEntry : 1;
+    is_k = c < KMC;
+    const int cv = is_k ? c : c - KMC;
+    const int entry = is_k ? KE : VE;
+    const int gg = is_k ? cv / KE : cv / VE;
+    const int cc = cv - gg * entry;
+    const int meta_base = is_k ? (KG::kDataBytes / kBlockTokens) << psl : (VG::kDataBytes / kBlockTokens) << psl;
+    src = meta_base + ((gg << psl) + in_tile) * entry + cc * 16;
+    return (is_k ? S::kOffKMeta : S::kOffVMeta) + (gg * S::kStageTokens + warp * kBlockTokens) * entry + cc * 16;
+  }
+};
+
 // One block16 (16 tokens at `in_tile` of the page) of K and V copied by one warp into its slot of a pipeline
 // stage: values (fragment order, kDataBytes each) and the 16 tokens' meta entries of every scale group
 // (stage layout [group][stage tokens]). Each lane issues 16-byte cp.async from a page base plus offsets; with the
@@ -339,25 +364,86 @@ __device__ __forceinline__ void load_block16(const DecodeKernelParams& p, uint8_
   }
   // Meta: one group's 16 entries are kMetaEntry 16-byte chunks; lanes [0, KMC) copy K's, the next VMC V's.
   // One select-based path for both (no divergent K / V branches).
-  constexpr int KMC = KF::kQuant ? KF::kGroups * KF::kMetaEntry : 0;
-  constexpr int VMC = VF::kQuant ? VF::kGroups * VF::kMetaEntry : 0;
-  constexpr int KE = KF::kMetaEntry > 0 ? KF::kMetaEntry : 1, VE = VF::kMetaEntry > 0 ? VF::kMetaEntry : 1;
+  using MC = MetaChunks<KF, VF, D, W>;
 #pragma unroll
-  for (int c0 = 0; c0 < KMC + VMC; c0 += 32) {
+  for (int c0 = 0; c0 < MC::kCount; c0 += 32) {
     const int c = c0 + lane;
-    if (c < KMC + VMC) {
-      const bool is_k = c < KMC;
-      const int cv = is_k ? c : c - KMC;
-      const int entry = is_k ? KE : VE;
-      const int gg = is_k ? cv / KE : cv / VE;
-      const int cc = cv - gg * entry;
-      const uint8_t* tile = is_k ? k_tile + ((size_t)KG::kDataBytes / kBlockTokens << psl)
-                                 : v_tile + ((size_t)VG::kDataBytes / kBlockTokens << psl);
-      const int dst = (is_k ? S::kOffKMeta : S::kOffVMeta) + (gg * S::kStageTokens + warp * kBlockTokens) * entry;
-      cp_async16(stage + dst + cc * 16, tile + ((gg << psl) + in_tile) * entry + cc * 16);
+    if (c < MC::kCount) {
+      bool is_k;
+      int src;
+      const int dst = MC::chunk(c, warp, psl, in_tile, is_k, src);
+      cp_async16(stage + dst, (is_k ? k_tile : v_tile) + src);
     }
   }
 }
+
+// A warp's stage copies over a contiguous cache whose tiles hold at most one stage of tokens: the tiles of a sequence
+// and KV head lie at a constant stride, and a warp's block16 sits at the same place of its tile at every stage, so
+// each lane keeps its source pointers and advances them by a constant per stage: ~25 SASS instructions per block16
+// instead of the ~77 of the page lookup and address arithmetic of load_block16 (which ptxas partly redoes in the loop:
+// the lane index and the page size from their special and constant registers). Used where a block16 is under 2 KB
+// (kStridedCopy: the int4-V caches at head_dim 64), whose loops pay that per-block16 cost on the fewest bytes; measured
+// on every format (docs/attention.md, session 32).
+template <class KF, class VF, int D, int W>
+struct StridedCopy {
+  using S = DecodeSmem<KF, VF, D, W>;
+  using KG = BlockGeom<KF, D>;
+  using VG = BlockGeom<VF, D>;
+  using MC = MetaChunks<KF, VF, D, W>;
+  static constexpr int kMetaRounds = (MC::kCount + 31) / 32;
+  static constexpr int kMR = kMetaRounds > 0 ? kMetaRounds : 1;
+  const uint8_t* k;
+  const uint8_t* v;
+  const uint8_t* m[kMR];
+  long long dk, dv, dm[kMR];  // per stage
+  int m_dst[kMR];             // meta chunk offsets in a stage
+  int t;                      // first token of the warp's block16 of the next stage
+
+  // t0: the first token of the warp's block16 of the first stage this copies.
+  __device__ __forceinline__ void init(const DecodeKernelParams& p, const uint8_t* k_head, const uint8_t* v_head,
+                                       long long row_off, int t0, int warp, int lane) {
+    const int psl = p.page_size_log2;
+    const long long pg = row_off + (t0 >> psl);
+    const int in_tile = t0 & ((1 << psl) - 1);
+    const long long tiles = S::kStageTokens >> psl;  // tiles per stage
+    dk = tiles * p.k_page_stride;
+    dv = tiles * p.v_page_stride;
+    const uint8_t* kt = k_head + pg * p.k_page_stride;
+    const uint8_t* vt = v_head + pg * p.v_page_stride;
+    k = kt + (size_t)in_tile * (KG::kDataBytes / kBlockTokens) + lane * 16;
+    v = vt + (size_t)in_tile * (VG::kDataBytes / kBlockTokens) + lane * 16;
+    if constexpr (kMetaRounds > 0) {
+#pragma unroll
+      for (int r = 0; r < kMR; ++r) {  // lanes past the last chunk keep a valid one (issue() skips them)
+        bool is_k;
+        int src;
+        m_dst[r] = MC::chunk(min(r * 32 + lane, MC::kCount - 1), warp, psl, in_tile, is_k, src);
+        m[r] = (is_k ? kt : vt) + src;
+        dm[r] = is_k ? dk : dv;
+      }
+    }
+    t = t0;
+  }
+  // The warp's block16 of the next stage into `stage` (nothing past `end`), then one stage on.
+  __device__ __forceinline__ void issue(uint8_t* stage, int end, int warp, int lane) {
+    if (t < end) {
+#pragma unroll
+      for (int i = 0; i < KG::kDataBytes / 512; ++i)
+        cp_async16(stage + warp * KG::kDataBytes + lane * 16 + i * 512, k + i * 512);
+#pragma unroll
+      for (int i = 0; i < VG::kDataBytes / 512; ++i)
+        cp_async16(stage + S::kOffVData + warp * VG::kDataBytes + lane * 16 + i * 512, v + i * 512);
+#pragma unroll
+      for (int r = 0; r < kMetaRounds; ++r)
+        if (r * 32 + lane < MC::kCount) cp_async16(stage + m_dst[r], m[r]);
+    }
+    t += S::kStageTokens;
+    k += dk;
+    v += dv;
+#pragma unroll
+    for (int r = 0; r < kMetaRounds; ++r) m[r] += dm[r];
+  }
+};
 
 // NH: n-tiles of 8 query heads (1 for group_size <= 8, 2 for 9..16). W: warps (4, 8 or 16). Registers: <= 128 per
 // thread with one head tile of a quantized cache (16 warps per SM), <= 255 with two or with a 16-bit cache (8 warps
@@ -909,6 +995,15 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
     }
   };
 
+  // Block16s under 2 KB over a contiguous cache whose tiles hold at most a stage of tokens: the loop's copies by
+  // StridedCopy.
+  constexpr bool kStridedCopy = S::kStageBytes / kWarps < 2048;
+  const bool strided = kStridedCopy && !p.block_table && (1 << p.page_size_log2) <= kStageTokens;
+  [[maybe_unused]] StridedCopy<KF, VF, D, W> scopy;
+  if constexpr (kStridedCopy) {
+    if (strided)
+      scopy.init(p, k_head, v_head, row_off, start + (S::kStages - 1) * kStageTokens + warp * kBlockTokens, warp, lane);
+  }
   int cur_buf = 0, next_buf = S::kStages - 1;  // ring-buffer indices (no modulo in the loop)
   for (int it = 0; it < n_iter; ++it) {
     // This warp's copies of stage `it` have landed (its own groups), and all its lanes are done with the
@@ -917,7 +1012,12 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
     __syncwarp();
     {
       const int nxt = it + S::kStages - 1;
-      if (nxt < n_iter) {
+      if (strided) {
+        if constexpr (kStridedCopy) {
+          if (nxt < n_iter) wait_if_tail(nxt);
+          scopy.issue(smem + next_buf * S::kStageBytes, end, warp, lane);
+        }
+      } else if (nxt < n_iter) {
         wait_if_tail(nxt);
         load_iter(nxt, smem + next_buf * S::kStageBytes);
       }
