@@ -377,13 +377,16 @@ __device__ __forceinline__ void load_block16(const DecodeKernelParams& p, uint8_
   }
 }
 
-// A warp's stage copies over a contiguous cache whose tiles hold at most one stage of tokens: the tiles of a sequence
-// and KV head lie at a constant stride, and a warp's block16 sits at the same place of its tile at every stage, so
-// each lane keeps its source pointers and advances them by a constant per stage: ~25 SASS instructions per block16
-// instead of the ~77 of the page lookup and address arithmetic of load_block16 (which ptxas partly redoes in the loop:
-// the lane index and the page size from their special and constant registers). Used where a block16 is under 2 KB
-// (kStridedCopy: the int4-V caches at head_dim 64), whose loops pay that per-block16 cost on the fewest bytes; measured
-// on every format (docs/attention.md, session 32).
+// A warp's stage copies where a tile holds at most one stage of tokens: a warp's block16 then sits at the same place of
+// its tile at every stage, so each lane's source offsets within a tile are fixed. Over a contiguous cache the tiles of
+// a sequence and KV head also lie at a constant stride, so each lane keeps its source pointers and advances them by a
+// constant per stage (~25 SASS instructions per block16 instead of the ~77 of load_block16's page lookup and address
+// arithmetic, which ptxas partly redoes in the loop: the lane index and the page size from their special and constant
+// registers); over a paged cache the tile comes from the page cursor and the sources are its base plus the fixed
+// offsets. Used where a block16 is under 2 KB (kStridedCopy: the int4-V caches at head_dim 64), whose loops pay the
+// per-block16 cost on the fewest bytes. Measured against load_block16 (docs/attention.md, session 32): SmolLM2's int4-V
+// caches 0.89-0.98x the time contiguous and 0.93-1.02x paged on the H200, 0.98-1.02x on the H100; elsewhere (every
+// format) it did not pay.
 template <class KF, class VF, int D, int W>
 struct StridedCopy {
   using S = DecodeSmem<KF, VF, D, W>;
@@ -392,56 +395,81 @@ struct StridedCopy {
   using MC = MetaChunks<KF, VF, D, W>;
   static constexpr int kMetaRounds = (MC::kCount + 31) / 32;
   static constexpr int kMR = kMetaRounds > 0 ? kMetaRounds : 1;
-  const uint8_t* k;
-  const uint8_t* v;
-  const uint8_t* m[kMR];
-  long long dk, dv, dm[kMR];  // per stage
+  // Contiguous: the lane's source addresses for the next stage; paged: its offsets from the tile base.
+  uintptr_t k, v, m[kMR];
+  long long dk, dv, dm[kMR];  // contiguous: per stage
+  bool m_is_k[kMR];           // whose tile a meta chunk lies in
   int m_dst[kMR];             // meta chunk offsets in a stage
   int t;                      // first token of the warp's block16 of the next stage
 
   // t0: the first token of the warp's block16 of the first stage this copies.
   __device__ __forceinline__ void init(const DecodeKernelParams& p, const uint8_t* k_head, const uint8_t* v_head,
-                                       long long row_off, int t0, int warp, int lane) {
+                                       long long row_off, int t0, bool paged, int warp, int lane) {
     const int psl = p.page_size_log2;
-    const long long pg = row_off + (t0 >> psl);
     const int in_tile = t0 & ((1 << psl) - 1);
     const long long tiles = S::kStageTokens >> psl;  // tiles per stage
     dk = tiles * p.k_page_stride;
     dv = tiles * p.v_page_stride;
-    const uint8_t* kt = k_head + pg * p.k_page_stride;
-    const uint8_t* vt = v_head + pg * p.v_page_stride;
-    k = kt + (size_t)in_tile * (KG::kDataBytes / kBlockTokens) + lane * 16;
-    v = vt + (size_t)in_tile * (VG::kDataBytes / kBlockTokens) + lane * 16;
+    const long long pg = row_off + (t0 >> psl);
+    const uintptr_t kt = paged ? 0 : reinterpret_cast<uintptr_t>(k_head + pg * p.k_page_stride);
+    const uintptr_t vt = paged ? 0 : reinterpret_cast<uintptr_t>(v_head + pg * p.v_page_stride);
+    k = kt + in_tile * (KG::kDataBytes / kBlockTokens) + lane * 16;
+    v = vt + in_tile * (VG::kDataBytes / kBlockTokens) + lane * 16;
     if constexpr (kMetaRounds > 0) {
 #pragma unroll
-      for (int r = 0; r < kMR; ++r) {  // lanes past the last chunk keep a valid one (issue() skips them)
+      for (int r = 0; r < kMR; ++r) {  // lanes past the last chunk keep a valid one (the copies skip them)
         bool is_k;
         int src;
         m_dst[r] = MC::chunk(min(r * 32 + lane, MC::kCount - 1), warp, psl, in_tile, is_k, src);
         m[r] = (is_k ? kt : vt) + src;
         dm[r] = is_k ? dk : dv;
+        m_is_k[r] = is_k;
       }
     }
     t = t0;
   }
-  // The warp's block16 of the next stage into `stage` (nothing past `end`), then one stage on.
+  // The warp's block16 of the next stage into `stage` (nothing past `end`), then one stage on. Contiguous.
   __device__ __forceinline__ void issue(uint8_t* stage, int end, int warp, int lane) {
     if (t < end) {
+      const uint8_t* ms[kMR];
 #pragma unroll
-      for (int i = 0; i < KG::kDataBytes / 512; ++i)
-        cp_async16(stage + warp * KG::kDataBytes + lane * 16 + i * 512, k + i * 512);
-#pragma unroll
-      for (int i = 0; i < VG::kDataBytes / 512; ++i)
-        cp_async16(stage + S::kOffVData + warp * VG::kDataBytes + lane * 16 + i * 512, v + i * 512);
-#pragma unroll
-      for (int r = 0; r < kMetaRounds; ++r)
-        if (r * 32 + lane < MC::kCount) cp_async16(stage + m_dst[r], m[r]);
+      for (int r = 0; r < kMR; ++r) ms[r] = reinterpret_cast<const uint8_t*>(m[r]);
+      copy(stage, reinterpret_cast<const uint8_t*>(k), reinterpret_cast<const uint8_t*>(v), ms, warp, lane);
     }
     t += S::kStageTokens;
     k += dk;
     v += dv;
 #pragma unroll
     for (int r = 0; r < kMetaRounds; ++r) m[r] += dm[r];
+  }
+  // The same over a paged cache: the tile of the next stage's block16 from the page cursor.
+  __device__ __forceinline__ void issue_paged(uint8_t* stage, int end, const DecodeKernelParams& p,
+                                              const uint8_t* k_head, const uint8_t* v_head, PageCursor& pages, int warp,
+                                              int lane) {
+    if (t < end) {
+      const long long pg = pages.page(t >> p.page_size_log2, lane);
+      const uint8_t* kt = k_head + pg * p.k_page_stride;
+      const uint8_t* vt = v_head + pg * p.v_page_stride;
+      const uint8_t* ms[kMR];
+#pragma unroll
+      for (int r = 0; r < kMR; ++r) ms[r] = (m_is_k[r] ? kt : vt) + m[r];
+      copy(stage, kt + k, vt + v, ms, warp, lane);
+    }
+    t += S::kStageTokens;
+  }
+
+ private:
+  __device__ __forceinline__ void copy(uint8_t* stage, const uint8_t* ks, const uint8_t* vs, const uint8_t* const* ms,
+                                       int warp, int lane) const {
+#pragma unroll
+    for (int i = 0; i < KG::kDataBytes / 512; ++i)
+      cp_async16(stage + warp * KG::kDataBytes + lane * 16 + i * 512, ks + i * 512);
+#pragma unroll
+    for (int i = 0; i < VG::kDataBytes / 512; ++i)
+      cp_async16(stage + S::kOffVData + warp * VG::kDataBytes + lane * 16 + i * 512, vs + i * 512);
+#pragma unroll
+    for (int r = 0; r < kMetaRounds; ++r)
+      if (r * 32 + lane < MC::kCount) cp_async16(stage + m_dst[r], ms[r]);
   }
 };
 
@@ -995,14 +1023,15 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
     }
   };
 
-  // Block16s under 2 KB over a contiguous cache whose tiles hold at most a stage of tokens: the loop's copies by
-  // StridedCopy.
+  // Block16s under 2 KB whose tiles hold at most a stage of tokens: the loop's copies by StridedCopy.
   constexpr bool kStridedCopy = S::kStageBytes / kWarps < 2048;
-  const bool strided = kStridedCopy && !p.block_table && (1 << p.page_size_log2) <= kStageTokens;
+  const bool strided = kStridedCopy && (1 << p.page_size_log2) <= kStageTokens;
   [[maybe_unused]] StridedCopy<KF, VF, D, W> scopy;
   if constexpr (kStridedCopy) {
-    if (strided)
-      scopy.init(p, k_head, v_head, row_off, start + (S::kStages - 1) * kStageTokens + warp * kBlockTokens, warp, lane);
+    if (strided) {
+      const int t0 = start + (S::kStages - 1) * kStageTokens + warp * kBlockTokens;
+      scopy.init(p, k_head, v_head, row_off, t0, p.block_table != nullptr, warp, lane);
+    }
   }
   int cur_buf = 0, next_buf = S::kStages - 1;  // ring-buffer indices (no modulo in the loop)
   for (int it = 0; it < n_iter; ++it) {
@@ -1015,7 +1044,10 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
       if (strided) {
         if constexpr (kStridedCopy) {
           if (nxt < n_iter) wait_if_tail(nxt);
-          scopy.issue(smem + next_buf * S::kStageBytes, end, warp, lane);
+          if (p.block_table)
+            scopy.issue_paged(smem + next_buf * S::kStageBytes, end, p, k_head, v_head, pages, warp, lane);
+          else
+            scopy.issue(smem + next_buf * S::kStageBytes, end, warp, lane);
         }
       } else if (nxt < n_iter) {
         wait_if_tail(nxt);
