@@ -33,8 +33,8 @@
 //   pair per group, not per weight.
 // - Programmatic dependent launch (opt-in, p.pdl): meta and the first weight tiles are requested before
 //   griddepcontrol.wait, X / Y / the workspace only after it, so a chain of calls overlaps ramp-up and drain.
-// - Split-K: each CTA adds its fp32 sums into an L2-resident accumulator with float2 atomics; the last CTA of a
-//   column block (an atomic ticket, taken by one thread after a barrier and a fence) applies bias and clamp,
+// - Split-K: each CTA adds its fp32 sums into an L2-resident accumulator with float2 reductions; the last CTA of a
+//   column block (an acquire-release ticket, taken by one thread after a barrier) applies bias and clamp,
 //   writes Y and zeroes the accumulator and its ticket for the next call (the summation order, and so the last
 //   bits, vary from run to run).
 #pragma once
@@ -855,18 +855,16 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       }
     }
   }
-  // One thread takes the ticket after the barrier: its fence orders the whole CTA's atomics before the ticket
-  // (cumulativity through the barrier), and the last CTA's fence after the ticket orders the reads below.
+  // One thread takes the ticket after the barrier (ptx::ticket_arrive: its release orders the whole CTA's atomics
+  // before the ticket, its acquire the last CTA's reads below after every other CTA's atomics; session 33: before,
+  // a fence on either side of a relaxed atomic, 2-5% of a split call's time).
   // The flag lives in the (idle) weight ring: a static __shared__ variable would shift the dynamic shared memory
   // by 16 bytes, and with it every cp.async destination (v12, measured: the prologue's copies then took two L2
   // sectors per 16 bytes and the whole call 1.3-5 µs longer, docs/gemm.md).
   __syncthreads();
   int* is_last_sh = reinterpret_cast<int*>(smem);
   if (threadIdx.x == 0) {
-    __threadfence();
-    const unsigned ticket = atomicAdd(p.tickets + nb, 1u);
-    *is_last_sh = ticket == static_cast<unsigned>(p.num_splits - 1);
-    if (*is_last_sh) __threadfence();
+    *is_last_sh = ptx::ticket_arrive(p.tickets + nb) == static_cast<unsigned>(p.num_splits - 1);
   }
   __syncthreads();
   if (!*is_last_sh) return;

@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "int8gemm/w4a8_layout.h"
+#include "runtime/ptx.cuh"
 
 namespace qdec::w4a8 {
 
@@ -196,13 +197,10 @@ __device__ __forceinline__ void store_y(void* y, int dtype, size_t idx, float v)
 // the tile's last CTA, which then sees every split's partials. All threads of the CTA call it; flag is a shared int.
 // Used by the mma and the wgmma kernels.
 __device__ __forceinline__ bool split_k_arrive(unsigned* tickets, unsigned ticket, int* flag) {
-  __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) *flag = atomicAdd(tickets + ticket, 1u) == gridDim.z - 1;
+  if (threadIdx.x == 0) *flag = ptx::ticket_arrive(tickets + ticket) == gridDim.z - 1;
   __syncthreads();
-  if (!*flag) return false;
-  __threadfence();
-  return true;
+  return *flag != 0;
 }
 
 // ---- The kernel ------------------------------------------------------------------------------------------------

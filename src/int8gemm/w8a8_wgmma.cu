@@ -34,6 +34,7 @@
 #include "int8gemm/wgmma_s8.cuh"
 #include "qdec/workspace.h"
 #include "runtime/cuda_check.h"
+#include "runtime/ptx.cuh"
 
 namespace qdec::w8a8 {
 namespace {
@@ -301,14 +302,12 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
         int4* mine = a.partials + (size_t(tile) * a.splits + split) * kPartialChunks + t;
         store_partial<16, 128>(d0, mine);
         store_partial<16, 128>(d1, mine + 16 * 128);
-        __threadfence();
         consumer_bar(c);
-        if (t == 0) is_last[c] = atomicAdd(a.counters + tile, 1) == a.splits - 1;
+        if (t == 0) is_last[c] = ptx::ticket_arrive(a.counters + tile) == a.splits - 1;
         consumer_bar(c);
         const bool last = is_last[c];
         consumer_bar(c);  // is_last[c] is read by all before thread 0 may set it for the next unit
         if (!last) continue;
-        __threadfence();
         if (t == 0) a.counters[tile] = 0;
         for (int s = 0; s < a.splits; ++s) {
           if (s == split) continue;
@@ -403,14 +402,12 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
     // partials to its registers and applies the epilogue, then re-arms the counter.
     if (a.splits > 1) {
       store_partial<32, 256>(d, a.partials + size_t(u) * kCoopPartialChunks + t);
-      __threadfence();
       coop_consumers_bar();
-      if (t == 0) is_last = atomicAdd(a.counters + tile, 1) == a.splits - 1;
+      if (t == 0) is_last = ptx::ticket_arrive(a.counters + tile) == a.splits - 1;
       coop_consumers_bar();
       const bool last = is_last;
       coop_consumers_bar();  // is_last is read by all before thread 0 may set it for the next unit
       if (!last) continue;
-      __threadfence();
       if (t == 0) a.counters[tile] = 0;
       for (int s = 0; s < a.splits; ++s) {
         if (s == split) continue;

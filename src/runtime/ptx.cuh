@@ -1,4 +1,4 @@
-// PTX wrappers shared by the kernel families (decode attention, weight-only GEMM): one definition of each
+// PTX wrappers shared by the kernel families (decode attention, weight-only GEMM, the int8 GEMMs): one definition of each
 // instruction sequence. Family-specific helpers (fragment loads, conversions) stay with their kernels.
 #pragma once
 
@@ -51,14 +51,30 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 #endif
 }
 
-// a[0] += x, a[1] += y (a 8-byte aligned): one float2 atomic on sm_90+, two float atomics below.
+// a[0] += x, a[1] += y (a 8-byte aligned), relaxed, no value returned: one float2 reduction on sm_90+ (RED, which
+// the issuing warp does not wait for, where atomicAdd(float2*) compiled to an ATOMG), two float atomics below.
 __device__ __forceinline__ void atomic_add2(float* a, float x, float y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(a), make_float2(x, y));
+  asm volatile("red.global.v2.f32.add [%0], {%1, %2};\n" ::"l"(a), "f"(x), "f"(y) : "memory");
 #else
   atomicAdd(a, x);
   atomicAdd(a + 1, y);
 #endif
+}
+
+// Split-K arrival: *ticket += 1 at GPU scope with acquire-release semantics, returning the old count. One thread
+// of a CTA (or of a warpgroup) calls it right after a barrier of the threads whose partial sums it announces: the
+// release is cumulative through the barrier (every write those threads made before it is ordered before the
+// ticket), and the acquire orders the last arrival's later reads, which its threads make after the next barrier,
+// after every other arrival's writes. One instruction where a fence before and after a relaxed atomic (or a fence
+// in every thread) did the same (session 33: 2-5% of a split-K weight-only GEMM call, docs/gemm.md).
+__device__ __forceinline__ unsigned ticket_arrive(unsigned* ticket) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(ticket) : "memory");
+  return old;
+}
+__device__ __forceinline__ int ticket_arrive(int* ticket) {
+  return static_cast<int>(ticket_arrive(reinterpret_cast<unsigned*>(ticket)));
 }
 
 }  // namespace qdec::ptx
