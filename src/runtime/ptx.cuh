@@ -1,5 +1,5 @@
-// PTX wrappers shared by the kernel families (decode attention, weight-only GEMM, the int8 GEMMs): one definition of each
-// instruction sequence. Family-specific helpers (fragment loads, conversions) stay with their kernels.
+// PTX wrappers shared by the kernel families (decode attention, weight-only GEMM, the int8 GEMMs): one definition of
+// each instruction sequence. Family-specific helpers (fragment loads, conversions) stay with their kernels.
 #pragma once
 
 #include <cstdint>
