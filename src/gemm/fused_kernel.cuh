@@ -840,7 +840,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
     }
     return;
   }
-  // Split-K: add this slice's sums into the fp32 accumulator [n_pad][kRows] (float2 atomics, L2), then the
+  // Split-K: add this slice's sums into the fp32 accumulator [n_pad][kRows] (float2 reductions, L2), then the
   // last CTA of the column block (ticket) finishes it and leaves the accumulator zero for the next call. With M
   // odd, the last pair's second token is a column past M that the atomics fill too: the last CTA clears it as well
   // (a later call with more tokens, or another call sharing the workspace, would otherwise find these sums there).
@@ -868,15 +868,34 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   }
   __syncthreads();
   if (!*is_last_sh) return;
-  for (int i = threadIdx.x; i < p.m * cta_rows; i += kThreads) {
-    const int m = i / cta_rows, n = nb * cta_rows + i % cta_rows;
-    if (n >= p.n_pad) continue;
-    float* a = p.partial + static_cast<size_t>(n) * kRows + m;
-    const float v = __ldcg(a);
-    __stcg(a, 0.f);
-    if ((p.m & 1) && m == p.m - 1) __stcg(a + 1, 0.f);  // the odd column past M (above): never read here
-    if (n < p.n)
-      store_y(p.y, static_cast<long long>(m) * p.ldy + n, apply_act(v + (p.bias ? p.bias[n] : 0.f), p.act), p.y_dtype);
+  // The column block's sums are one contiguous [rows][kRows] block of the accumulator: each thread loads its
+  // float4s (at most MT) first, so that their L2 round trips overlap, then zeroes them (all kRows columns, the odd
+  // one past M included) and stores Y. Session 33: a loop that loaded one value, cleared it and stored Y before the
+  // next load (whose address the compiler could not separate from those stores) made a chain of M * rows / 256 L2
+  // round trips, ~4 µs of a 16-token call with a split (docs/gemm.md). The second loop stays rolled: unrolled, it
+  // changed ptxas's register allocation of the int4 bf16 16-token kernel into spilling (1-3% slower unsplit).
+  constexpr int kVecs4 = kRows / 4;  // float4s per accumulator row
+  float4* blk = reinterpret_cast<float4*>(p.partial + static_cast<size_t>(nb) * cta_rows * kRows);
+  const int total4 = min(cta_rows, p.n_pad - nb * cta_rows) * kVecs4;
+  float4 sums[MT];  // kBlockN rows x kRows / 4 float4s = MT per thread
+#pragma unroll
+  for (int q = 0; q < MT; ++q) {
+    const int i = threadIdx.x + q * kThreads;
+    if (i < total4) sums[q] = __ldcg(blk + i);
+  }
+#pragma unroll 1
+  for (int q = 0; q < MT; ++q) {
+    const int i = threadIdx.x + q * kThreads;
+    if (i >= total4) continue;
+    __stcg(blk + i, make_float4(0.f, 0.f, 0.f, 0.f));
+    const int n = nb * cta_rows + i / kVecs4, m0 = (i % kVecs4) * 4;
+    if (n >= p.n || m0 >= p.m) continue;
+    const float b = p.bias ? p.bias[n] : 0.f;
+    const float v[4] = {sums[q].x, sums[q].y, sums[q].z, sums[q].w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (m0 + e < p.m) store_y(p.y, static_cast<long long>(m0 + e) * p.ldy + n, apply_act(v[e] + b, p.act), p.y_dtype);
+    }
   }
   if (threadIdx.x == 0) p.tickets[nb] = 0;  // ready for the next call
 }
