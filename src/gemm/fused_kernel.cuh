@@ -872,8 +872,9 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   // float4s (at most MT) first, so that their L2 round trips overlap, then zeroes them (all kRows columns, the odd
   // one past M included) and stores Y. Session 33: a loop that loaded one value, cleared it and stored Y before the
   // next load (whose address the compiler could not separate from those stores) made a chain of M * rows / 256 L2
-  // round trips, ~4 µs of a 16-token call with a split (docs/gemm.md). The second loop stays rolled: unrolled, it
-  // changed ptxas's register allocation of the int4 bf16 16-token kernel into spilling (1-3% slower unsplit).
+  // round trips, ~4 µs of a 16-token call with a split (docs/gemm.md). The second loop stays rolled, so the float4s
+  // sit in the thread's stack (16 bytes per token tile, touched by the last CTA only): unrolled, it changed ptxas's
+  // register allocation of the int4 bf16 16-token kernel into spilling in its main loop (1-3% slower unsplit).
   constexpr int kVecs4 = kRows / 4;  // float4s per accumulator row
   float4* blk = reinterpret_cast<float4*>(p.partial + static_cast<size_t>(nb) * cta_rows * kRows);
   const int total4 = min(cta_rows, p.n_pad - nb * cta_rows) * kVecs4;
