@@ -874,7 +874,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   // next load (whose address the compiler could not separate from those stores) made a chain of M * rows / 256 L2
   // round trips, ~4 µs of a 16-token call with a split (docs/gemm.md). The second loop stays rolled, so the float4s
   // sit in the thread's stack (16 bytes per token tile, touched by the last CTA only): unrolled, it changed ptxas's
-  // register allocation of the int4 bf16 16-token kernel into spilling in its main loop (1-3% slower unsplit).
+  // register allocation of the int4 bf16 16-token kernel into spilling, and its unsplit calls took 1-3% longer.
   constexpr int kVecs4 = kRows / 4;  // float4s per accumulator row
   float4* blk = reinterpret_cast<float4*>(p.partial + static_cast<size_t>(nb) * cta_rows * kRows);
   const int total4 = min(cta_rows, p.n_pad - nb * cta_rows) * kVecs4;
