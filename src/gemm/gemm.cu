@@ -95,7 +95,7 @@ Status prepare_kernel(const void* func, int smem) {
 // The fused kernel's launch shape: K parts per CTA (1, 2, 4, 8), K slices (split-K) and at M <= 16 how X is
 // staged (the whole slice or the ring), the candidate with the least estimated time in µs. At M <= 16 (MT 1, 2):
 //   waves x (max(stream, per_warp) + kFixedUs) + ceil(CTAs / SMs) x kCtaUs + X staging
-//   + (splits > 1 ? kSplitUs + kSplitUsPerMB x atomics MB : 0)
+//   + (splits > 1 ? kSplitUs : 0)
 // stream = the busiest SM's weight bytes of a wave (ceil(CTAs of the wave / SMs) CTAs) at its share of
 // kStreamBytesPerUs (v13: the CTAs do not spread evenly over the SMs, and the SMs with one CTA more finish
 // last); per_warp = tiles per warp x kTileUs (x kTileMt2 at 16 tokens): one warp's 4-deep ring at the loaded
@@ -103,8 +103,12 @@ Status prepare_kernel(const void* func, int smem) {
 // SM serializes; X staging = kXStageUsPerMB x CTAs x slice x staged rows x 2 bytes for the slice; for the ring
 // (its copies overlap the stream) kRingUs (its per-block barriers, measured at M = 1) + kRingUsPerPart per K part
 // past the first + kRingUsPerMB x the X bytes it copies (CTAs x slice x staged rows x 2: with K parts a CTA covers
-// fewer rows, so its X costs more per weight byte); the
-// split-K epilogue grows with its atomics (M x n_pad x splits x 4 bytes). The constants were fitted in v12 to a
+// fewer rows, so its X costs more per weight byte); kSplitUs the split-K epilogue. Until session 34 it also grew
+// with its atomics (2.94 µs per MB of M x n_pad x splits x 4 bytes); session 33 made the epilogue cheaper (one
+// acquire-release ticket, the last CTA's sums loaded at once), and session 34 refitted the split terms to that
+// session's grids of forced split counts on both cards (docs/results/gemm_split_grid_s33.txt, replayed by
+// bench/gemm_plan_replay.py): kSplitUs 2.75 and no per-MB term (was 2.56), chosen over best 1.008 on
+// either card instead of 1.024 (H100) / 1.038 (H200); docs/gemm.md, "Session 34". The constants were fitted in v12 to a
 // grid of 36 forced (parts, splits) launches x 7 shapes x M = 1, 4, 16 x int4-g128 / int8 on the H200
 // (docs/gemm.md); v13 added the busiest-SM stream and kRingUs, checked against a grid of forced splits x
 // (slice, ring) x the 7 shapes x M = 1, 4, 8, 16 (docs/results/gemm_v13_grid_h200.txt): geometric mean of the
@@ -124,8 +128,7 @@ constexpr double kXStageUsPerMB = 0.41;
 constexpr double kRingUs = 0.3;
 constexpr double kRingUsPerPart = 0.1;
 constexpr double kRingUsPerMB = 0.3;
-constexpr double kSplitUs = 2.56;
-constexpr double kSplitUsPerMB = 2.94;
+constexpr double kSplitUs = 2.75;
 constexpr double kV10FixedTiles = 4.0;
 
 Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int max_smem_per_block, Plan* plan) {
@@ -195,11 +198,10 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
       const long long busiest = (ctas + waves * sm_count - 1) / (waves * sm_count);  // CTAs of a wave on one SM
       const double stream = double(busiest) * (weight_bytes / double(ctas)) / (kStreamBytesPerUs / sm_count);
       const double x_mb = double(ctas) * kc * wq::fused_x_rows(plan->mt, p.m) * 2.0 / 1e6;
-      const double atomics_mb = double(p.m) * L.n_pad() * c.splits * 4.0 / 1e6;
       c.cost = double(waves) * (std::max(stream, per_warp) + kFixedUs) +
                double((ctas + sm_count - 1) / sm_count) * kCtaUs +
                (ring ? kRingUs + kRingUsPerPart * (parts - 1) + kRingUsPerMB * x_mb : kXStageUsPerMB * x_mb) +
-               (c.splits > 1 ? kSplitUs + kSplitUsPerMB * atomics_mb : 0.0);
+               (c.splits > 1 ? kSplitUs : 0.0);
     } else {
       c.cost = double(waves) * (double(part_tiles) + kV10FixedTiles);
     }
