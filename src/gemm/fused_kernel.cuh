@@ -855,19 +855,15 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       }
     }
   }
-  // One thread takes the ticket after the barrier (ptx::ticket_arrive: its release orders the whole CTA's atomics
-  // before the ticket, its acquire the last CTA's reads below after every other CTA's atomics; session 33: before,
-  // a fence on either side of a relaxed atomic, 2-5% of a split call's time).
+  // One thread takes the ticket after the barrier (ptx::split_arrive, ticket_arrive: its release orders the whole
+  // CTA's atomics before the ticket, its acquire the last CTA's reads below after every other CTA's atomics; session
+  // 33: before, a fence on either side of a relaxed atomic, 2-5% of a split call's time).
   // The flag lives in the (idle) weight ring: a static __shared__ variable would shift the dynamic shared memory
   // by 16 bytes, and with it every cp.async destination (v12, measured: the prologue's copies then took two L2
   // sectors per 16 bytes and the whole call 1.3-5 µs longer, docs/gemm.md).
-  __syncthreads();
-  int* is_last_sh = reinterpret_cast<int*>(smem);
-  if (threadIdx.x == 0) {
-    *is_last_sh = ptx::ticket_arrive(p.tickets + nb) == static_cast<unsigned>(p.num_splits - 1);
-  }
-  __syncthreads();
-  if (!*is_last_sh) return;
+  if (!ptx::split_arrive(p.tickets + nb, p.num_splits, threadIdx.x == 0, reinterpret_cast<int*>(smem),
+                         [] { __syncthreads(); }))
+    return;
   // The column block's sums are one contiguous [rows][kRows] block of the accumulator: each thread loads its
   // float4s (at most MT) first, so that their L2 round trips overlap, then zeroes them (all kRows columns, the odd
   // one past M included) and stores Y. Session 33: a loop that loaded one value, cleared it and stored Y before the

@@ -197,10 +197,7 @@ __device__ __forceinline__ void store_y(void* y, int dtype, size_t idx, float v)
 // the tile's last CTA, which then sees every split's partials. All threads of the CTA call it; flag is a shared int.
 // Used by the mma and the wgmma kernels.
 __device__ __forceinline__ bool split_k_arrive(unsigned* tickets, unsigned ticket, int* flag) {
-  __syncthreads();
-  if (threadIdx.x == 0) *flag = ptx::ticket_arrive(tickets + ticket) == gridDim.z - 1;
-  __syncthreads();
-  return *flag != 0;
+  return ptx::split_arrive(tickets + ticket, gridDim.z, threadIdx.x == 0, flag, [] { __syncthreads(); });
 }
 
 // ---- The kernel ------------------------------------------------------------------------------------------------

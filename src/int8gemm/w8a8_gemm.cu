@@ -313,11 +313,8 @@ __global__ void __launch_bounds__(kWarps * 32) w8a8_mma_kernel(const MmaArgs a) 
       const int v = red[r][col];
       if (row < a.m && n < a.n && v != 0) atomicAdd(a.ws_acc + size_t(row) * a.n + n, v);
     }
-    __syncthreads();
     const int tile = blockIdx.x + gridDim.x * blockIdx.y;
-    if (threadIdx.x == 0) is_last = ptx::ticket_arrive(a.counters + tile) == a.splits - 1;
-    __syncthreads();
-    if (!is_last) return;
+    if (!ptx::split_arrive(a.counters + tile, a.splits, threadIdx.x == 0, &is_last, [] { __syncthreads(); })) return;
     for (int e = threadIdx.x; e < kMT * 16 * kTileN; e += kWarps * 32) {
       const int r = e / kTileN, col = e % kTileN, row = m0 + r, n = n0 + col;
       // Reads the final sum and leaves the workspace zero for the next call.

@@ -302,10 +302,7 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
         int4* mine = a.partials + (size_t(tile) * a.splits + split) * kPartialChunks + t;
         store_partial<16, 128>(d0, mine);
         store_partial<16, 128>(d1, mine + 16 * 128);
-        consumer_bar(c);
-        if (t == 0) is_last[c] = ptx::ticket_arrive(a.counters + tile) == a.splits - 1;
-        consumer_bar(c);
-        const bool last = is_last[c];
+        const bool last = ptx::split_arrive(a.counters + tile, a.splits, t == 0, &is_last[c], [c] { consumer_bar(c); });
         consumer_bar(c);  // is_last[c] is read by all before thread 0 may set it for the next unit
         if (!last) continue;
         if (t == 0) a.counters[tile] = 0;
@@ -402,10 +399,7 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
     // partials to its registers and applies the epilogue, then re-arms the counter.
     if (a.splits > 1) {
       store_partial<32, 256>(d, a.partials + size_t(u) * kCoopPartialChunks + t);
-      coop_consumers_bar();
-      if (t == 0) is_last = ptx::ticket_arrive(a.counters + tile) == a.splits - 1;
-      coop_consumers_bar();
-      const bool last = is_last;
+      const bool last = ptx::split_arrive(a.counters + tile, a.splits, t == 0, &is_last, [] { coop_consumers_bar(); });
       coop_consumers_bar();  // is_last is read by all before thread 0 may set it for the next unit
       if (!last) continue;
       if (t == 0) a.counters[tile] = 0;

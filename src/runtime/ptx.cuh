@@ -77,4 +77,19 @@ __device__ __forceinline__ int ticket_arrive(int* ticket) {
   return static_cast<int>(ticket_arrive(reinterpret_cast<unsigned*>(ticket)));
 }
 
+// The split-K arrival of a group of threads (a CTA, or the consumer warpgroups of a persistent CTA) that has just
+// written its partial sums: bar() synchronizes the group, its leader takes the ticket and writes through the
+// shared `flag` whether the group is the last of `splits` to arrive, and after a second bar() every thread reads
+// it. Returns true in every thread of the last group, which may then read every split's partials (ticket_arrive
+// above gives the ordering). A kernel that arrives again with the same flag (a persistent one) must synchronize the
+// group once more after this returns, so that no thread reads the next arrival's flag. The weight-only GEMM, W8A8
+// (mma and wgmma kernels) and W4A8 kernels use it (five places wrote the sequence out until session 34).
+template <class T, class Bar>
+__device__ __forceinline__ bool split_arrive(T* ticket, int splits, bool leader, int* flag, Bar&& bar) {
+  bar();
+  if (leader) *flag = ticket_arrive(ticket) == static_cast<T>(splits - 1);
+  bar();
+  return *flag != 0;
+}
+
 }  // namespace qdec::ptx
