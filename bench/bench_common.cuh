@@ -97,10 +97,16 @@ static __global__ void __launch_bounds__(512)
 }
 
 // The read ceiling's kernel over two buffers in one launch (a KV cache's K and V): the same four 16-byte loads per
-// thread per iteration, over the index space of both (a first, then b).
-static __global__ void __launch_bounds__(512)
-    read_two_stream_kernel(const uint4* __restrict__ a, uint64_t na, const uint4* __restrict__ b, uint64_t nb,
-                           uint32_t* __restrict__ sink) {
+// thread per iteration, over the index space of both (a first, then b). With kStamp (`bench_gemm --timeline`),
+// lane 0 of every warp records %globaltimer at entry and exit into tl[warp][2] (warps past max_warps record nothing).
+template <bool kStamp>
+__device__ __forceinline__ void read_two_stream_body(const uint4* __restrict__ a, uint64_t na,
+                                                     const uint4* __restrict__ b, uint64_t nb,
+                                                     uint32_t* __restrict__ sink, unsigned long long* tl,
+                                                     int max_warps) {
+  const int tl_warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const bool stamp = kStamp && threadIdx.x % 32 == 0 && tl_warp < max_warps;
+  if (stamp) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tl[2 * tl_warp]));
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x, n = na + nb;
   uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   auto at = [&](uint64_t j) { return j < na ? __ldg(a + j) : __ldg(b + (j - na)); };
@@ -114,6 +120,17 @@ static __global__ void __launch_bounds__(512)
     acc ^= p.x ^ p.y ^ p.z ^ p.w;
   }
   if (acc == 0x9E3779B9u) sink[0] = acc;
+  if (stamp) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tl[2 * tl_warp + 1]));
+}
+static __global__ void __launch_bounds__(512)
+    read_two_stream_kernel(const uint4* __restrict__ a, uint64_t na, const uint4* __restrict__ b, uint64_t nb,
+                           uint32_t* __restrict__ sink) {
+  read_two_stream_body<false>(a, na, b, nb, sink, nullptr, 0);
+}
+static __global__ void __launch_bounds__(512)
+    read_two_stream_tl_kernel(const uint4* __restrict__ a, uint64_t na, const uint4* __restrict__ b, uint64_t nb,
+                              uint32_t* __restrict__ sink, unsigned long long* tl, int max_warps) {
+  read_two_stream_body<true>(a, na, b, nb, sink, tl, max_warps);
 }
 
 // Blocks of `threads` threads (no dynamic shared memory) that fill every SM with `kernel`: the grid of the streaming

@@ -22,7 +22,9 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <stdexcept>
@@ -34,6 +36,7 @@
 #include "bench_timer.cuh"
 #include "gemm/cublaslt.h"
 #include "gemm/dequant_kernel.cuh"
+#include "gemm/fused_timeline.h"
 #include "gemm_bench.h"
 #include "qdec/formats.h"
 #include "qdec/gemm.h"
@@ -153,6 +156,60 @@ void check_small(const WeightFormat& f, GemmDType dt, int m, GemmPath path, cuda
   if (!(err <= 5e-3)) throw BenchError(fmt::format("check failed: {} M={} rel L2 {:.3e}", f.name(), m, err));
 }
 
+// --timeline: per-warp stamps of `calls` single calls -> one line of the medians (over the calls) of their
+// quantiles over the warps, in µs from each call's first warp entry. stamps(r) runs call r (synchronized) and
+// returns its table: rows of `slots` values (slot 0 the entry, 0 where the warp did not run); `cols` names the
+// columns and which slot and quantile each takes (q < 0: the slot's per-SM last value, quantile -q over the SMs,
+// from slot sm_slot).
+constexpr int kTimelineCalls = 7;
+struct TlCol {
+  const char* name;
+  int slot;
+  double q;
+};
+std::string timeline_line(int calls, int slots, int sm_slot, const std::vector<TlCol>& cols,
+                          const std::function<std::vector<unsigned long long>(int)>& stamps) {
+  auto quantile = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[size_t(q * double(v.size() - 1) + 0.5)];
+  };
+  std::vector<std::vector<double>> per_col(cols.size() + 2);  // + warps, span
+  for (int r = 0; r < calls; ++r) {
+    const std::vector<unsigned long long> t = stamps(r);
+    unsigned long long t0 = ~0ull, t1 = 0;
+    int warps = 0;
+    for (size_t w = 0; w * slots < t.size(); ++w) {
+      if (t[w * slots] == 0) continue;
+      ++warps;
+      t0 = std::min(t0, t[w * slots]);
+      for (int s = 0; s < slots; ++s)
+        if (s != sm_slot) t1 = std::max(t1, t[w * slots + s]);
+    }
+    if (warps == 0) throw BenchError("--timeline: no warp recorded a stamp");
+    per_col[0].push_back(warps);
+    per_col[1].push_back((t1 - t0) / 1e3);
+    for (size_t c = 0; c < cols.size(); ++c) {
+      std::vector<double> v;
+      std::map<unsigned long long, double> sm_last;
+      for (size_t w = 0; w * slots < t.size(); ++w) {
+        if (t[w * slots] == 0) continue;
+        const double us = (double(t[w * slots + cols[c].slot]) - double(t0)) / 1e3;
+        if (cols[c].q >= 0) {
+          v.push_back(us);
+        } else {
+          double& last = sm_last[t[w * slots + sm_slot]];
+          last = std::max(last, us);
+        }
+      }
+      for (const auto& [sm, us] : sm_last) v.push_back(us);
+      per_col[c + 2].push_back(quantile(v, std::abs(cols[c].q)));
+    }
+  }
+  std::string s = fmt::format("{:.0f} warps, span {:.2f} µs |", quantile(per_col[0], 0.5), quantile(per_col[1], 0.5));
+  for (size_t c = 0; c < cols.size(); ++c) s += fmt::format(" {} {:.2f}", cols[c].name, quantile(per_col[c + 2], 0.5));
+  return s;
+}
+
 }  // namespace
 
 int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
@@ -176,6 +233,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
                                    : o.x_staging == "ring" ? GemmXStaging::kRing
                                                            : GemmXStaging::kAuto;
     if (o.dtype != "bf16" && o.dtype != "fp16") throw BenchError("--dtype must be bf16 or fp16");
+    if (o.timeline) check_status(wq::fused_timeline(4, true, nullptr), "--timeline");
     const GemmDType dt = o.dtype == "bf16" ? GemmDType::kBF16 : GemmDType::kFP16;
     GemmPath path = GemmPath::kAuto;
     if (o.path == "fused") {
@@ -307,6 +365,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
             bool dequant_only;
           };
           std::vector<Row> rows;
+          std::vector<std::string> tl_lines;  // --timeline
           for (Packed& pk : packed) {
             // At M <= kFusedMaxM with --path auto, both paths are timed (the auto switch point kAutoFusedMaxM is
             // chosen from these rows); the one kAuto takes is marked with '*'.
@@ -373,6 +432,26 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
                                             : std::string("dequant+cublaslt")) +
                   (both && is_auto && !pdl_row ? "*" : "");
               rows.push_back({pk.f.name(), pth, us, double(pk.L.code_bytes() + pk.L.meta_bytes()), mhz, g_us, false});
+              if (o.timeline && used == GemmPath::kFused && m <= 16) {
+                const int bits = weight_bits(pk.L.format.kind);
+                const std::vector<TlCol> cols = {
+                    {"entry p50", wq::kFusedTlEntry, 0.5},      {"max", wq::kFusedTlEntry, 1},
+                    {"ready p50", wq::kFusedTlReady, 0.5},      {"max", wq::kFusedTlReady, 1},
+                    {"loop end p10", wq::kFusedTlLoopEnd, 0.1}, {"p50", wq::kFusedTlLoopEnd, 0.5},
+                    {"p90", wq::kFusedTlLoopEnd, 0.9},          {"max", wq::kFusedTlLoopEnd, 1},
+                    {"exit p50", wq::kFusedTlExit, 0.5},        {"max", wq::kFusedTlExit, 1},
+                    {"SM done p10", wq::kFusedTlExit, -0.1},    {"p50", wq::kFusedTlExit, -0.5}};
+                tl_lines.push_back(
+                    fmt::format("timeline {:>10} M={:<2} {:>13} {}: {}", nk, m, pk.f.name(), pth,
+                                timeline_line(kTimelineCalls, wq::kFusedTlSlots, wq::kFusedTlSm, cols, [&](int r) {
+                                  check_status(wq::fused_timeline(bits, true, nullptr), "--timeline");
+                                  launch(r);
+                                  BENCH_CUDA(cudaStreamSynchronize(stream));
+                                  std::vector<unsigned long long> t;
+                                  check_status(wq::fused_timeline(bits, false, &t), "--timeline");
+                                  return t;
+                                })));
+              }
               if (used == GemmPath::kDequantCublas && m >= 2048 && variant == 0) {
                 // The dequantize kernel alone (the whole weight into the scratch), so that the path's time splits
                 // into dequantization + cuBLASLt. Its GB/s counts codes + meta read and the 16-bit scratch written.
@@ -419,6 +498,27 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               BENCH_CUDA(cudaGetLastError());
               const double g_us = graph ? timer.time_graph(o.graph_reps, o.iters, read) : 0.0;
               rows.push_back({pk.f.name() + ":read", "stream read", us, double(wbytes), mhz, g_us, false});
+              if (o.timeline) {
+                // The read's warps: entry and exit only (no SM id), so no per-SM columns.
+                const int max_warps = read_blocks * 16;
+                Buf tl(size_t(max_warps) * 2 * sizeof(unsigned long long));
+                const std::vector<TlCol> cols = {{"entry p50", 0, 0.5}, {"max", 0, 1},   {"exit p10", 1, 0.1},
+                                                 {"p50", 1, 0.5},       {"p90", 1, 0.9}, {"max", 1, 1}};
+                tl_lines.push_back(fmt::format(
+                    "timeline {:>10} M={:<2} {:>13} {}: {}", nk, m, pk.f.name() + ":read", "stream read",
+                    timeline_line(kTimelineCalls, 2, -1, cols, [&](int r) {
+                      BENCH_CUDA(cudaMemsetAsync(tl.get(), 0, tl.bytes(), stream));
+                      read_two_stream_tl_kernel<<<read_blocks, 512, 0, stream>>>(
+                          static_cast<const uint4*>(pk.codes[r % psets].get()), pk.L.code_bytes() / 16,
+                          static_cast<const uint4*>(pk.meta[r % psets].get()), pk.L.meta_bytes() / 16,
+                          static_cast<uint32_t*>(sink.get()), static_cast<unsigned long long*>(tl.get()), max_warps);
+                      BENCH_CUDA(cudaGetLastError());
+                      BENCH_CUDA(cudaStreamSynchronize(stream));
+                      std::vector<unsigned long long> t(size_t(max_warps) * 2);
+                      BENCH_CUDA(cudaMemcpy(t.data(), tl.get(), tl.bytes(), cudaMemcpyDeviceToHost));
+                      return t;
+                    })));
+              }
             }
           }
           const double lt_us_after = timer.time(o.warmup, o.iters, lt_launch);
@@ -477,6 +577,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
           }
           print("cublas-bf16", lt_us_after, double(bf16_w), lt_us / lt_us_after, "cublaslt (after)", lt_mhz_after,
                 lt_g_after, lt_g_after > 0 ? lt_g / lt_g_after : 0.0);
+          for (const std::string& l : tl_lines) out << l << "\n";
         }
       }
     }

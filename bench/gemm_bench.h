@@ -31,7 +31,8 @@ struct GemmBenchOptions {
   bool check = false;  // before timing, check each format/M against the CPU reference on a small problem
   bool pdl = false;    // also time the fused path launched with GemmParams::pdl (graph column: back-to-back calls)
   bool read_bound =
-      true;  // M <= 16: also time a streaming read of each format's weight bytes (the "<format>:read" row)
+      true;               // M <= 16: also time a streaming read of each format's weight bytes (the "<format>:read" row)
+  bool timeline = false;  // M <= 16: phase timelines of the fused calls and reads (a QDEC_FUSED_TIMELINE build)
   uint64_t seed = 0x5eed004;
   int device = 0;
   std::string json_path;
@@ -61,6 +62,10 @@ void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
                   "At M <= 16, also time the read ceiling's kernel over each format's weight bytes alone (row "
                   "'<format>:read'): the bound on any kernel's time, and x cuBLAS, for that format under this timing")
       ->capture_default_str();
+  app->add_flag("--timeline", o->timeline,
+                "M <= 16, library built with -DQDEC_FUSED_TIMELINE=ON: after each fused case, 7 single calls that "
+                "record every warp's phase boundaries, and the same for the --read-bound read; prints the medians of "
+                "their quantiles over the warps (µs from a call's first warp entry; docs/gemm.md, session 34)");
   app->add_option("--warm-ms", o->warm_ms,
                   "Run each case this many ms before timing it (lets the SM clock ramp up; see the SM MHz column)")
       ->capture_default_str();

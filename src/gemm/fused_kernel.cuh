@@ -45,7 +45,10 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
+#include "gemm/fused_timeline.h"
+#include "runtime/cuda_check.h"
 #include "runtime/ptx.cuh"
 
 namespace qdec::wq {
@@ -54,6 +57,53 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlockN = kWarps * 16;  // output channels per CTA
 constexpr int kXPadHalves = 8;        // 16 bytes of padding per staged X row
+
+// QDEC_FUSED_TIMELINE (probe builds only, CMake option of that name, default off): lane 0 of every warp records its
+// phase boundaries (fused_timeline.h: entry, SM, prologue done, main loop done, exit; %globaltimer ns) into its
+// translation unit's g_fused_timeline, read by `bench_gemm --timeline`. Off, the stamps compile to nothing.
+#ifndef QDEC_FUSED_TIMELINE
+#define QDEC_FUSED_TIMELINE 0
+#endif
+#if QDEC_FUSED_TIMELINE
+static __device__ unsigned long long g_fused_timeline[kFusedTlWarps * kFusedTlSlots];
+#endif
+__device__ __forceinline__ void fused_stamp([[maybe_unused]] int slot) {
+#if QDEC_FUSED_TIMELINE
+  if (threadIdx.x % 32 != 0) return;
+  const int w = (blockIdx.y * gridDim.x + blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (w >= kFusedTlWarps) return;
+  unsigned long long t;
+  if (slot == kFusedTlSm) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    t = sm;
+  } else {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  }
+  g_fused_timeline[w * kFusedTlSlots + slot] = t;
+#endif
+}
+// The host side of fused_timeline_w4 / _w8 (fused_timeline.h), over this translation unit's table.
+[[maybe_unused]] static Status fused_timeline_io([[maybe_unused]] bool reset,
+                                                 [[maybe_unused]] std::vector<unsigned long long>* out) {
+#if QDEC_FUSED_TIMELINE
+  if (reset) {
+    const std::vector<unsigned long long> zero(size_t(kFusedTlWarps) * kFusedTlSlots, 0);
+    QDEC_CUDA_RETURN(cudaMemcpyToSymbol(g_fused_timeline, zero.data(), zero.size() * sizeof(zero[0])));
+    return Status::Ok();
+  }
+  out->resize(size_t(kFusedTlWarps) * kFusedTlSlots);
+  QDEC_CUDA_RETURN(cudaMemcpyFromSymbol(out->data(), g_fused_timeline, out->size() * sizeof((*out)[0])));
+  return Status::Ok();
+#else
+  return Status(StatusCode::kUnsupported,
+                "fused_timeline: the library was built without QDEC_FUSED_TIMELINE (CMake -DQDEC_FUSED_TIMELINE=ON)");
+#endif
+}
+// Stamps the exit of a warp wherever the kernel returns.
+struct FusedStampAtExit {
+  __device__ ~FusedStampAtExit() { fused_stamp(kFusedTlExit); }
+};
 
 struct FusedParams {
   const uint8_t* codes;
@@ -368,6 +418,9 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   constexpr bool kSums = !(BITS == 8 && BF16);
   constexpr bool kLoopSums = kSums && fused_loop_sums(MT);
   extern __shared__ __align__(128) uint8_t smem[];  // no static __shared__ in this kernel (see the ticket)
+  fused_stamp(kFusedTlEntry);
+  fused_stamp(kFusedTlSm);
+  [[maybe_unused]] FusedStampAtExit stamp_exit;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -568,6 +621,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       cp_async_wait_group<0>();  // X, and with it the meta and the first tiles
     }
     __syncthreads();
+    fused_stamp(kFusedTlReady);
     if constexpr (kSums && !kLoopSums) {
       // MT >= 4: group sums of X in the prologue, by the tensor cores (A = ones, so every row of D is
       // sum_k X[token][k]); 16 more accumulators per lane in the main loop would spill there. Tasks are
@@ -802,6 +856,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
     }
   }
 
+  fused_stamp(kFusedTlLoopEnd);
   // ---- Epilogue. The parts' sums are added into part 0's warps through the (now idle) weight ring.
   if (p.parts > 1) {
     if constexpr (fused_parts_supported(MT)) {

@@ -16,6 +16,10 @@ const FusedKernelInfo kKernels[] = {
 };
 }  // namespace
 
+Status fused_timeline_w8(bool reset, std::vector<unsigned long long>* out) {
+  return fused_timeline_io(reset, out);
+}
+
 FusedKernelList fused_kernels_w8() {
   return {kKernels, kKernels + sizeof(kKernels) / sizeof(kKernels[0])};
 }
