@@ -214,6 +214,9 @@ std::string timeline_line(int calls, int slots, int sm_slot, const std::vector<T
 
 int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
   try {
+    // Checked before any GPU work, so that the error is the same with or without a GPU.
+    if (o.timeline && !wq::fused_timeline_built())
+      throw BenchError("--timeline needs a library built with -DQDEC_FUSED_TIMELINE=ON (a probe build)");
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -233,7 +236,6 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
                                    : o.x_staging == "ring" ? GemmXStaging::kRing
                                                            : GemmXStaging::kAuto;
     if (o.dtype != "bf16" && o.dtype != "fp16") throw BenchError("--dtype must be bf16 or fp16");
-    if (o.timeline) check_status(wq::fused_timeline(4, true, nullptr), "--timeline");
     const GemmDType dt = o.dtype == "bf16" ? GemmDType::kBF16 : GemmDType::kFP16;
     GemmPath path = GemmPath::kAuto;
     if (o.path == "fused") {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm/fused_timeline.h"
 #include "model/cpu_ops.h"
 #include "qdec/model.h"
 #include "qdec/tokenizer.h"
@@ -665,6 +666,16 @@ TEST(QdecCli, BenchAttentionRejectsBadBatchSizes) {
     EXPECT_EQ(r.code, 1) << args << "\n" << r.output;
     EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
   }
+}
+
+// The GEMM benchmark's --timeline needs a QDEC_FUSED_TIMELINE build; elsewhere it fails before any GPU work (code 1,
+// naming the option and the CMake switch).
+TEST(QdecCli, BenchGemmTimelineNeedsTheProbeBuild) {
+  if (wq::fused_timeline_built()) GTEST_SKIP() << "this library is a QDEC_FUSED_TIMELINE build";
+  const CliResult r = run_cli("bench gemm --timeline --shapes 4096x4096 --m 1");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("--timeline needs a library built with -DQDEC_FUSED_TIMELINE=ON"), std::string::npos)
+      << r.output;
 }
 
 // The INT8 benchmark's forced W4A8 split counts are checked the same way (code 1, naming the option and the value).

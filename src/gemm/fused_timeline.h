@@ -21,6 +21,8 @@ constexpr int kFusedTlWarps = 1 << 16;
 
 // The table of the int4 (bits 4) or int8 (bits 8) kernels: reset = all zero (a slot still 0 after a call: that
 // warp did not run), else copied into *out (kFusedTlWarps * kFusedTlSlots values).
+// Whether this library was built with QDEC_FUSED_TIMELINE (no CUDA call).
+bool fused_timeline_built();
 Status fused_timeline_w4(bool reset, std::vector<unsigned long long>* out);
 Status fused_timeline_w8(bool reset, std::vector<unsigned long long>* out);
 inline Status fused_timeline(int bits, bool reset, std::vector<unsigned long long>* out) {

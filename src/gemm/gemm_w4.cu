@@ -16,6 +16,10 @@ const FusedKernelInfo kKernels[] = {
 };
 }  // namespace
 
+bool fused_timeline_built() {
+  return QDEC_FUSED_TIMELINE != 0;
+}
+
 Status fused_timeline_w4(bool reset, std::vector<unsigned long long>* out) {
   return fused_timeline_io(reset, out);
 }
