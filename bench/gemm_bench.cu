@@ -230,6 +230,8 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
     if (o.splits < 0 || o.splits > 4096) throw BenchError("--splits must be in 0..4096");
     if (o.parts != 0 && o.parts != 1 && o.parts != 2 && o.parts != 4 && o.parts != 8)
       throw BenchError("--parts must be 0, 1, 2, 4 or 8");
+    if (o.weight_ring != 0 && o.weight_ring != 4 && o.weight_ring != 8)
+      throw BenchError("--weight-ring must be 0, 4 or 8");
     if (o.x_staging != "auto" && o.x_staging != "slice" && o.x_staging != "ring")
       throw BenchError("--x-staging must be auto, slice or ring, not '" + o.x_staging + "'");
     const GemmXStaging x_staging = o.x_staging == "slice"  ? GemmXStaging::kSlice
@@ -393,13 +395,19 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               p.num_splits = p.path == GemmPath::kDequantCublas ? 0 : o.splits;
               p.num_parts = p.path == GemmPath::kDequantCublas ? 0 : o.parts;
               p.x_staging = p.path != GemmPath::kDequantCublas && m <= 16 ? x_staging : GemmXStaging::kAuto;
+              // The deep ring exists for int8 at M <= 8 only: elsewhere --weight-ring 8 leaves the choice to the
+              // library (--weight-ring 4 applies everywhere on the fused path).
+              const bool deep_ok = weight_bits(pk.L.format.kind) == 8 && m <= 8;
+              p.weight_ring =
+                  p.path == GemmPath::kDequantCublas || (o.weight_ring == 8 && !deep_ok) ? 0 : o.weight_ring;
               size_t wsb = 0;
               {
                 // A launch shape forced by --splits / --parts / --x-staging that the planner refuses for this shape
                 // (e.g. the ring with parts over uneven slices) is reported and skipped, so that a grid of forced
                 // shapes runs through; every other error ends the run.
                 const Status s = gemm_workspace_bytes(p, &wsb);
-                const bool forced = p.num_splits > 0 || p.num_parts > 0 || p.x_staging != GemmXStaging::kAuto;
+                const bool forced =
+                    p.num_splits > 0 || p.num_parts > 0 || p.x_staging != GemmXStaging::kAuto || p.weight_ring > 0;
                 if (!s.ok() && forced &&
                     (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kUnsupported)) {
                   out << fmt::format("  {:>10} {:>5} {:>13}  refused: {}\n", nk, m, pk.f.name(), s.message());
@@ -410,7 +418,8 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               GemmPath used;
               int splits = 0, parts = 0;
               GemmXStaging staged = GemmXStaging::kAuto;
-              check_status(gemm_plan(p, &used, &splits, &parts, &staged), "plan");
+              int ring = 0;
+              check_status(gemm_plan(p, &used, &splits, &parts, &staged, &ring), "plan");
               Buf ws(wsb);
               if (wsb) BENCH_CUDA(cudaMemset(ws.get(), 0, wsb));
               p.workspace = ws.get();
@@ -429,9 +438,10 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               const double g_us = graph ? timer.time_graph(o.graph_reps, o.iters, launch) : 0.0;
               const bool is_auto = path == GemmPath::kAuto && (used == GemmPath::kFused) == (m <= kAutoFusedMaxM);
               const std::string pth =
-                  (used == GemmPath::kFused ? fmt::format("{} s{}p{}{}", pdl_row ? "fused-pdl" : "fused", splits, parts,
-                                                          staged == GemmXStaging::kRing ? "r" : "")
-                                            : std::string("dequant+cublaslt")) +
+                  (used == GemmPath::kFused
+                       ? fmt::format("{} s{}p{}{}{}", pdl_row ? "fused-pdl" : "fused", splits, parts,
+                                     staged == GemmXStaging::kRing ? "r" : "", ring == 8 ? "d8" : "")
+                       : std::string("dequant+cublaslt")) +
                   (both && is_auto && !pdl_row ? "*" : "");
               rows.push_back({pk.f.name(), pth, us, double(pk.L.code_bytes() + pk.L.meta_bytes()), mhz, g_us, false});
               if (o.timeline && used == GemmPath::kFused && m <= 16) {

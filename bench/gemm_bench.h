@@ -24,9 +24,10 @@ struct GemmBenchOptions {
   int splits = 0;       // fused path: 0 = the library's split-K choice, >= 1 forces it (GemmParams::num_splits)
   int parts = 0;        // fused path: 0 = the library's choice, 1/2/4/8 forces K parts per CTA (GemmParams::num_parts)
   std::string x_staging = "auto";  // fused path, M <= 16: auto, slice or ring (GemmParams::x_staging)
-  double warm_ms = 0;              // keep the GPU busy with each case this long before its timed batch (clock ramp-up)
-  bool conv = false;               // also time the ResNet-50 conv layers (qdec conv2d, fp16 input)
-  bool conv_only = false;          // only the conv layers
+  int weight_ring = 0;  // fused path: 0 = the library's choice, 4 or 8 weight tiles in flight (GemmParams::weight_ring)
+  double warm_ms = 0;   // keep the GPU busy with each case this long before its timed batch (clock ramp-up)
+  bool conv = false;    // also time the ResNet-50 conv layers (qdec conv2d, fp16 input)
+  bool conv_only = false;  // only the conv layers
   int conv_batch = 8;
   bool check = false;  // before timing, check each format/M against the CPU reference on a small problem
   bool pdl = false;    // also time the fused path launched with GemmParams::pdl (graph column: back-to-back calls)
@@ -57,6 +58,11 @@ void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
   app->add_option(
          "--x-staging", o->x_staging,
          "Fused path at M <= 16: how X is staged, auto, slice or ring (the path column ends in 'r' for the ring)")
+      ->capture_default_str();
+  app->add_option("--weight-ring", o->weight_ring,
+                  "Force the fused path's weight tiles in flight per warp: 4, or 8 (the deep ring; int8 at M <= 8 "
+                  "only, elsewhere the library's choice); 0 = automatic (the path column ends in 'd8' for the deep "
+                  "ring)")
       ->capture_default_str();
   app->add_option("--read-bound", o->read_bound,
                   "At M <= 16, also time the read ceiling's kernel over each format's weight bytes alone (row "

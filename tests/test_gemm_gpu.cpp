@@ -40,6 +40,7 @@ struct Case {
   GemmDType y_dtype;
   int parts = 0;  // GemmParams::num_parts (0 = automatic)
   GemmXStaging staging = GemmXStaging::kAuto;
+  int ring = 0;  // GemmParams::weight_ring (0 = automatic)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
@@ -51,7 +52,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
                                                 : "dequant") +
                   "_s" + std::to_string(c.splits) + (c.parts ? "_p" + std::to_string(c.parts) : "") + "_" +
                   activation_name(c.act) + (c.bias ? "_bias" : "") + "_y" + gemm_dtype_name(c.y_dtype) +
-                  (c.staging != GemmXStaging::kAuto ? std::string("_") + gemm_x_staging_name(c.staging) : "");
+                  (c.staging != GemmXStaging::kAuto ? std::string("_") + gemm_x_staging_name(c.staging) : "") +
+                  (c.ring ? "_w" + std::to_string(c.ring) : "");
   for (char& ch : s)
     if (ch == '-') ch = '_';
   return s;
@@ -162,19 +164,23 @@ TEST_P(GemmGpu, MatchesFloat64Reference) {
   p.num_splits = c.splits;
   p.num_parts = c.parts;
   p.x_staging = c.staging;
+  p.weight_ring = c.ring;
   DeviceBuffer ws;
   ASSERT_NO_FATAL_FAILURE(attach_workspace(&p, &ws));
   GemmPath path;
-  int splits = 0, parts = 0;
+  int splits = 0, parts = 0, ring = 0;
   GemmXStaging staged = GemmXStaging::kAuto;
-  QDEC_ASSERT_OK(gemm_plan(p, &path, &splits, &parts, &staged));
+  QDEC_ASSERT_OK(gemm_plan(p, &path, &splits, &parts, &staged, &ring));
   SCOPED_TRACE(std::string("path ") + gemm_path_name(path) + ", splits " + std::to_string(splits) + ", parts " +
-               std::to_string(parts) + ", X " + gemm_x_staging_name(staged));
+               std::to_string(parts) + ", X " + gemm_x_staging_name(staged) + ", weight ring " + std::to_string(ring));
   if (c.parts > 0 && path == GemmPath::kFused) {
     EXPECT_EQ(parts, c.parts);
   }
   if (c.staging != GemmXStaging::kAuto) {
     EXPECT_EQ(staged, c.staging);
+  }
+  if (c.ring > 0) {
+    EXPECT_EQ(ring, c.ring);
   }
   // Twice: the second call checks that the split-K tickets were left at zero.
   for (int rep = 0; rep < 2; ++rep) {
@@ -271,6 +277,39 @@ std::vector<Case> gemm_cases() {
         for (int parts : {2, 4, 8}) {
           for (int s : {1, 3}) {
             v.push_back({fmt, d, m, 200, 4160, GemmPath::kFused, s, Activation::kNone, false, d, parts});
+          }
+        }
+      }
+    }
+  }
+  // The deep weight ring (int8 at M <= 8, session 35: 8 tiles in flight per warp in blocks of 4, the second block
+  // requested once X and meta have landed; with the X ring, X two blocks ahead in three slots), forced, against the
+  // 4-tile ring forced on the same cases: every int8 grouping, slice and ring staging, one and two splits over a
+  // long K with a 2-tile tail (K = 4160: 130 tiles); slices shorter than the ring (K = 96, 160, 288: 3, 5 and 9
+  // tiles); the X ring with K parts (3 slots of 2-8 parts' blocks).
+  for (int ring : {8, 4}) {
+    for (GemmDType d : {bf, hf}) {
+      for (const char* fmt : {"int8", "int8-g32", "int8-g64", "int8-g128"}) {
+        for (int m : {1, 5, 8}) {
+          for (int s : {1, 2}) {
+            for (GemmXStaging st : {GemmXStaging::kSlice, GemmXStaging::kRing}) {
+              v.push_back({fmt, d, m, 200, 4160, GemmPath::kFused, s, Activation::kNone, false, d, 0, st, ring});
+            }
+          }
+        }
+      }
+      for (const char* fmt : {"int8", "int8-g32"}) {
+        for (int k : {96, 160, 288}) {
+          for (GemmXStaging st : {GemmXStaging::kSlice, GemmXStaging::kRing}) {
+            v.push_back({fmt, d, 3, 72, k, GemmPath::kFused, 1, Activation::kReLU, true, d, 0, st, ring});
+          }
+        }
+      }
+      for (int m : {1, 5}) {
+        for (int parts : {2, 4, 8}) {
+          for (int k : {4096, 3584}) {
+            v.push_back({"int8", d, m, 200, k, GemmPath::kFused, k == 4096 ? 2 : 1, Activation::kNone, false, d, parts,
+                         GemmXStaging::kRing, ring});
           }
         }
       }
@@ -742,6 +781,21 @@ TEST(GemmErrors, BadShapesAndPointers) {
   p.x_dtype = GemmDType::kFP32;
   s = gemm(p, nullptr);
   EXPECT_NE(s.message().find("x_dtype fp32"), std::string::npos) << s.message();
+  p.x_dtype = GemmDType::kBF16;
+  p.weight_ring = 6;
+  s = gemm(p, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("weight_ring 6"), std::string::npos) << s.message();
+  p.weight_ring = 8;  // the deep ring is int8-only
+  s = gemm(p, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("weight_ring 8 needs int8 weights and M <= 8 (int4-g128, M 4)"), std::string::npos)
+      << s.message();
+  p.w.layout = WeightLayout{WeightFormat{WeightKind::kINT8, 0}, 256, 512};
+  p.m = 9;
+  s = gemm(p, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("M 9"), std::string::npos) << s.message();
 }
 
 TEST(GemmErrors, FusedPathLimitAndWorkspace) {

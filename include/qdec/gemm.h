@@ -73,6 +73,10 @@ struct GemmParams {
   // output channels of one K slice, its parts added in shared memory; > 1 needs M <= 32).
   int num_parts = 0;
   GemmXStaging x_staging = GemmXStaging::kAuto;  // fused path, M <= 16 (above: always the slice)
+  // Fused path: weight tiles (512 bytes) in flight per warp. 0 = automatic: 8 (the deep ring) for int8 weights at
+  // M <= 8 where every warp streams >= 24 tiles and the deeper ring keeps the plan's CTAs per SM, else 4; 4 forces
+  // the 4-tile ring, 8 the deep one (int8 at M <= 8 only, else InvalidArgument).
+  int weight_ring = 0;
   // Fused path: launch as a programmatic dependent (CUDA PDL), so that the kernel's CTAs start, and request W
   // and its scales, while the previous kernel of the stream is still finishing; X, Y, bias and the workspace are
   // read or written only after that kernel has completed. So W must not be written by the kernel launched just
@@ -87,10 +91,10 @@ struct GemmParams {
 
 // Bytes of workspace the call needs (depends on the path that M selects, the split count, and the shapes).
 Status gemm_workspace_bytes(const GemmParams& p, size_t* bytes);
-// The path kAuto resolves to, the fused split count and K parts per CTA (1 and 1 for the cuBLASLt path), after
-// validation. Null outputs are skipped.
+// The path kAuto resolves to, the fused split count, K parts per CTA, X staging and weight tiles in flight per
+// warp (1, 1, kAuto and 0 for the cuBLASLt path), after validation. Null outputs are skipped.
 Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits, int* num_parts = nullptr,
-                 GemmXStaging* x_staging = nullptr);
+                 GemmXStaging* x_staging = nullptr, int* weight_ring = nullptr);
 // Validate, then launch on `stream`. On error nothing is launched.
 Status gemm(const GemmParams& p, cudaStream_t stream);
 

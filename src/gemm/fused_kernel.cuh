@@ -13,9 +13,11 @@
 //   planner picks P and the split count from a cost estimate fitted to measurements (gemm.cu, docs/gemm.md).
 //   Each warp streams its own 16 channels of its part: one 16-byte cp.async per lane per 512-byte tile with an
 //   L2 evict-first policy (every weight byte is read once, so it should not displace X or the split-K partials
-//   in L2), into a per-warp ring of kDepth shared-memory stages (one cp.async group per tile; a stage is
-//   refilled with the tile kDepth ahead as soon as its tile has been read out), so that every warp keeps
-//   kDepth - 1 .. kDepth tiles in flight without spending registers on them.
+//   in L2), into a per-warp ring of kStages shared-memory stages (one cp.async group per tile; a stage is
+//   refilled with the tile kStages ahead as soon as its tile has been read out), so that every warp keeps
+//   kStages - 1 .. kStages tiles in flight without spending registers on them. kStages is one unrolled block of
+//   kDepth = 4 tiles, or two for the deep ring (int8 at M <= 8 with long slices, session 35: there the warps wait
+//   on memory, and 8 tiles in flight per warp stream closer to the read ceiling on the H200).
 // - Every instruction per 512-byte tile costs issue slots, so the main loop is unrolled over whole ring blocks
 //   with the scale-group ends at fixed positions: the first MMA of a group overwrites the group accumulators
 //   (no zeroing), a group flush is one 16-byte shared load of fp32 scale and offset (converted once per CTA in
@@ -152,11 +154,19 @@ __host__ __device__ constexpr int fused_min_blocks(int mt) {
 __host__ __device__ constexpr int fused_depth(int mt) {
   return mt == 1 ? QDEC_FUSED_MT1_DEPTH : mt == 2 ? QDEC_FUSED_MT2_DEPTH : 4;
 }
+// The deep ring (session 35): int8 weights at M <= 8 also compile a ring of kDeepRingBlocks blocks of fused_depth()
+// tiles (8 tiles in flight per warp; the main loop's unrolled block stays fused_depth() tiles, so its code does not
+// grow), which the planner takes for slices of at least kDeepRingMinTiles tiles per warp (gemm.cu). With the X
+// ring, X is then staged kDeepRingBlocks blocks ahead in kDeepRingBlocks + 1 slots.
+constexpr int kDeepRingBlocks = 2;
+__host__ __device__ constexpr bool fused_deep_ring_supported(int bits, int mt) {
+  return bits == 8 && mt == 1;
+}
 
-// Dynamic shared memory of a launch: weight ring (kDepth stages x 8 warps x 512 bytes; reused for the parts'
-// reduction), X (the whole K slice, or two ring slots of fused_ring_k K values; at MT = 1 only min(M, 8) rows),
-// the slice's fp16 meta (4 bytes per segment and row) and, at MT >= 4, the X sums. cta_rows: output channels per
-// CTA (128 / parts).
+// Dynamic shared memory of a launch: weight ring (ring_blocks x kDepth stages x 8 warps x 512 bytes; reused for the
+// parts' reduction), X (the whole K slice, or ring_blocks + 1 ring slots of fused_ring_k K values; at MT = 1 only
+// min(M, 8) rows), the slice's fp16 meta (4 bytes per segment and row) and, at MT >= 4, the X sums. cta_rows: output
+// channels per CTA (128 / parts).
 __host__ __device__ constexpr int fused_x_rows(int mt, int m) {
   return mt == 1 ? (m < 8 ? m : 8) : mt * 8;
 }
@@ -176,10 +186,13 @@ __host__ __device__ constexpr int fused_xsum_tasks(int n_seg) {
   return n_seg < 8 ? 8 : n_seg;
 }
 // ring_k: K values per X ring slot, 0 = the whole slice of kc staged. With the ring, each of a CTA's K parts
-// (kBlockN / cta_rows) has its own block in each of the two slots.
-__host__ __device__ constexpr int fused_smem_bytes(int mt, int m, int kc, int n_seg, int cta_rows, int ring_k) {
-  return fused_depth(mt) * kWarps * 512 +
-         fused_x_rows(mt, m) * (ring_k > 0 ? 2 * (kBlockN / cta_rows) * (ring_k + kXPadHalves) : kc + kXPadHalves) * 2 +
+// (kBlockN / cta_rows) has its own block in each of the ring_blocks + 1 slots.
+// ring_blocks: blocks of fused_depth() weight tiles in the ring (1, or kDeepRingBlocks).
+__host__ __device__ constexpr int fused_smem_bytes(int mt, int m, int kc, int n_seg, int cta_rows, int ring_k,
+                                                   int ring_blocks = 1) {
+  return ring_blocks * fused_depth(mt) * kWarps * 512 +
+         fused_x_rows(mt, m) *
+             (ring_k > 0 ? (ring_blocks + 1) * (kBlockN / cta_rows) * (ring_k + kXPadHalves) : kc + kXPadHalves) * 2 +
          n_seg * cta_rows * 4 + (fused_loop_sums(mt) ? 0 : (fused_xsum_tasks(n_seg) + n_seg) * mt * 8 * 4);
 }
 // The X ring with several K parts per CTA needs every part of every slice to hold the same number of tiles, so
@@ -404,14 +417,17 @@ __device__ __forceinline__ void mma_acc(float (&d)[4], const uint32_t (&a)[4], u
 }
 
 // BITS: 4 (int4 and int4-zp) or 8 (int8). BF16: X (and the MMA) in bf16, else fp16. MT: token tiles of 8.
-// kDepth: weight tiles in flight per warp, through a shared-memory ring of cp.async stages (tile c + kDepth is
-// requested as soon as tile c is consumed, so kDepth - 1 .. kDepth tiles are always outstanding, without the
-// registers a register ring would need).
-template <int BITS, bool BF16, int MT>
+// RB: ring blocks. kStages = RB x kDepth weight tiles in flight per warp, through a shared-memory ring of cp.async
+// stages (tile c + kStages is requested as soon as tile c is consumed, so kStages - 1 .. kStages tiles are always
+// outstanding, without the registers a register ring would need).
+template <int BITS, bool BF16, int MT, int RB = 1>
 __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
     fused_gemm_kernel(const __grid_constant__ FusedParams p) {
   using D = Dequant<BITS, BF16>;
-  constexpr int kDepth = fused_depth(MT);
+  constexpr int kDepth = fused_depth(MT);        // tiles per unrolled ring block
+  constexpr int kRingBlocks = RB;                // ring blocks in flight
+  constexpr int kStages = kDepth * kRingBlocks;  // ring stages: tiles in flight per warp
+  constexpr int kXSlots = kRingBlocks + 1;       // X ring slots
   constexpr int kRows = MT * 8;
   // int8 with bf16 X dequantizes to the exact code (no magic number, no offset): its flush needs no X sums (v13;
   // before, a quarter to a half of its MMAs summed X for a term multiplied by zero).
@@ -452,11 +468,11 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   const int xslot_halves = (x_ring ? p.parts : 1) * xpart_halves;  // one ring slot (or the staged slice)
 
   const int xrows = min(p.m, kRows);
-  const uint32_t ring_sh = static_cast<uint32_t>(__cvta_generic_to_shared(smem));  // [kDepth][kWarps][512 B]
-  uint16_t* x_sh = reinterpret_cast<uint16_t*>(smem + kDepth * kWarps * 512);
-  uint8_t* meta16_sh = reinterpret_cast<uint8_t*>(x_sh + (x_ring ? 2 : 1) * xslot_halves);  // [n_seg][cta_rows] fp16
-  float* xpart_sh = reinterpret_cast<float*>(meta16_sh + n_seg * cta_rows * 4);             // MT >= 4: [tasks][kRows]
-  float* xsum_sh = xpart_sh + fused_xsum_tasks(n_seg) * kRows;                              // MT >= 4: [n_seg][kRows]
+  const uint32_t ring_sh = static_cast<uint32_t>(__cvta_generic_to_shared(smem));  // [kStages][kWarps][512 B]
+  uint16_t* x_sh = reinterpret_cast<uint16_t*>(smem + kStages * kWarps * 512);
+  uint8_t* meta16_sh = reinterpret_cast<uint8_t*>(x_sh + (x_ring ? kXSlots : 1) * xslot_halves);  // [n_seg][cta_rows]
+  float* xpart_sh = reinterpret_cast<float*>(meta16_sh + n_seg * cta_rows * 4);  // MT >= 4: [tasks][kRows]
+  float* xsum_sh = xpart_sh + fused_xsum_tasks(n_seg) * kRows;                   // MT >= 4: [n_seg][kRows]
   const float* xsum = xpart_sh;  // MT >= 4: [n_seg][kRows] sums of X per (segment, token)
 
   // Under PDL, the next kernel of the stream may be scheduled as this grid's CTAs leave (it waits for this one
@@ -483,7 +499,7 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   // This warp's X in slot 0 of the ring (its part's block), or at its part's first column of the staged slice.
   const uint32_t xw_lane = xb_lane + static_cast<uint32_t>(x_ring ? part * xpart_halves * 2 : pc0 * D::kChunkK * 2);
 
-  // X ring (p.x_ring): slot b & 1 takes, for each part pp, X[0 .. xrows) x [k0 + pp * part_k + b * kRingK,
+  // X ring (p.x_ring): slot b % kXSlots takes, for each part pp, X[0 .. xrows) x [k0 + pp * part_k + b * kRingK,
   // + kRingK) of ring block b (zeros past K), by 16-byte cp.async of the whole CTA (x_vec holds); the rows past M
   // of the MMA's token tiles (MT = 2) are zeroed once in the prologue.
   const uint16_t* x_gl = static_cast<const uint16_t*>(p.x);
@@ -506,7 +522,8 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
   const int part_k = part_tiles * D::kChunkK;
   auto stage_x_part = [&](int b, int pp) {
     const int kb = k0 + pp * part_k + b * kRingK;
-    uint8_t* slot = reinterpret_cast<uint8_t*>(x_sh + (b & 1) * xslot_halves + pp * xpart_halves);
+    const int xslot = kXSlots == 2 ? (b & 1) : static_cast<int>(static_cast<unsigned>(b) % kXSlots);
+    uint8_t* slot = reinterpret_cast<uint8_t*>(x_sh + xslot * xslot_halves + pp * xpart_halves);
     const bool whole = kb + kRingK <= p.k;  // no piece of the block past K (all but a last block)
 #pragma unroll
     for (int q = 0; q < kPieces; ++q) {
@@ -526,18 +543,22 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
     }
   };
 
-  // ---- Prologue: stage X[0 .. rows) x [k0, k1) (zeros past K; with the ring only its first block) and the
-  // slice's meta by cp.async, request the first kDepth weight tiles, and at MT >= 4 sum X per group once the
-  // staging has landed.
+  // ---- Prologue: stage X[0 .. rows) x [k0, k1) (zeros past K; with the ring only its first kRingBlocks blocks)
+  // and the slice's meta by cp.async, request the first kStages weight tiles, and at MT >= 4 sum X per group once
+  // the staging has landed.
   {
     const int zrows = MT == 1 ? xrows : kRows;
     auto stage_x = [&]() {
       if (x_ring) {
         stage_x_block(0);
+#pragma unroll
+        for (int b = 1; b < kRingBlocks; ++b) {
+          if (b * kDepth < nch) stage_x_block(b);  // every part holds nch tiles (fused_ring_parts_even)
+        }
         if constexpr (MT > 1) {
-          // Rows xrows .. kRows of every part's block in both slots (2 * parts blocks, xpart_halves apart).
+          // Rows xrows .. kRows of every part's block in every slot (kXSlots * parts blocks, xpart_halves apart).
           const int zr = kRows - xrows;
-          for (int i = threadIdx.x; i < 2 * p.parts * zr * kVecs; i += kThreads) {
+          for (int i = threadIdx.x; i < kXSlots * p.parts * zr * kVecs; i += kThreads) {
             const int r = xrows + (i / kVecs) % zr, c = (i % kVecs) * 8, blk = i / (kVecs * zr);
             *reinterpret_cast<uint4*>(x_sh + blk * xpart_halves + r * xs_stride + c) = make_uint4(0, 0, 0, 0);
           }
@@ -594,10 +615,10 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
         }
       }
     };
-    // The first kDepth weight tiles, one cp.async group each (empty groups past the slice keep the count).
-    auto request_first_tiles = [&]() {
+    // Weight tiles [u0, u1), one cp.async group each (empty groups past the slice keep the count).
+    auto request_first_tiles = [&](auto u0_tag, auto u1_tag) {
 #pragma unroll
-      for (int u = 0; u < kDepth; ++u) {
+      for (int u = decltype(u0_tag)::value; u < decltype(u1_tag)::value; ++u) {
         if (active && u < nch) cp_async16_hint(ring_addr(u), w_gl + static_cast<size_t>(u) * 512, policy);
         cp_async_commit();
       }
@@ -609,12 +630,16 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       stage_x();
       stage_meta();
       cp_async_commit();
-      request_first_tiles();
+      // The first ring block before the wait, the others once the staging has landed: X and meta queue behind one
+      // block of weight requests, not the whole ring (deep ring, H200: 0.990x the time of requesting all 8 tiles
+      // first; docs/gemm.md, "Session 35").
+      request_first_tiles(std::integral_constant<int, 0>{}, std::integral_constant<int, kDepth>{});
       cp_async_wait_group<kDepth>();  // the staging group (older than the weight tiles) has landed
+      request_first_tiles(std::integral_constant<int, kDepth>{}, std::integral_constant<int, kStages>{});
     } else {
       stage_meta();
       cp_async_commit();
-      request_first_tiles();
+      request_first_tiles(std::integral_constant<int, 0>{}, std::integral_constant<int, kStages>{});
       ptx::griddep_wait();
       stage_x();
       cp_async_commit();
@@ -761,10 +786,11 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
     }
   };
 
-  // Main loop over the slice's nch tiles; tile c sits in ring stage c % kDepth. Whole blocks of kDepth tiles are
-  // unrolled with the group ends at fixed positions (a group is TPG whole tiles, and kDepth is a multiple of
-  // TPG; the slice starts on a group boundary), so they carry no bookkeeping; the last nch % kDepth tiles follow
-  // with counters. TPG 0: no group ends inside the slice (per channel); -1: two groups per tile (int4 g32).
+  // Main loop over the slice's nch tiles; tile c sits in ring stage c % kStages and is requested kStages tiles
+  // ahead. Whole blocks of kDepth tiles are unrolled with the group ends at fixed positions (a group is TPG whole
+  // tiles, and kDepth is a multiple of TPG; the slice starts on a group boundary), so they carry no bookkeeping;
+  // the last nch % kDepth tiles follow with counters. TPG 0: no group ends inside the slice (per channel); -1: two
+  // groups per tile (int4 g32).
   auto run = [&](auto tpg_tag) {
     constexpr int TPG = decltype(tpg_tag)::value;
     // Tile u of a ring block whose X columns start at xa (segment seg at the block's start): the group bookkeeping
@@ -783,29 +809,31 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
         }
       }
     };
-    const uint8_t* wp = w_gl + kDepth * 512;  // the tile kDepth ahead
+    const uint8_t* wp = w_gl + kStages * 512;  // the tile kStages ahead
     uint32_t xa = xw_lane;
     int seg = seg0;
     const int n_full = nch / kDepth * kDepth;
     const uint32_t xslot_bytes = static_cast<uint32_t>(xslot_halves * 2);
     for (int c0 = 0; c0 < n_full; c0 += kDepth) {
-      // Tiles after this block: stage u is refilled while u < ahead (a warp past N refills nothing; it runs the
-      // loop only to take part in the X ring's barriers and copies).
-      const int ahead = (active ? nch : 0) - c0 - kDepth;
+      // Tiles after this block's refills: stage u is refilled while u < ahead (a warp past N refills nothing; it
+      // runs the loop only to take part in the X ring's barriers and copies).
+      const int ahead = (active ? nch : 0) - c0 - kStages;
+      const int sbase = kRingBlocks == 1 ? 0 : (c0 / kDepth) % kRingBlocks * kDepth;  // the block's first stage
 #pragma unroll
       for (int u = 0; u < kDepth; ++u) {
-        // Wait for tile c0 + u (kDepth - 1 younger groups may stay in flight), read it, refill the stage with
-        // tile c0 + u + kDepth (every lane reads only the 16 bytes it copied itself, so no barrier is needed),
+        // Wait for tile c0 + u (kStages - 1 younger groups may stay in flight), read it, refill the stage with
+        // tile c0 + u + kStages (every lane reads only the 16 bytes it copied itself, so no barrier is needed),
         // compute.
-        cp_async_wait_group<kDepth - 1>();
+        cp_async_wait_group<kStages - 1>();
         if (u == 0 && x_ring) {
-          // The group of tile c0 also holds this thread's copies of the block's X: after the barrier every
-          // thread's have landed, and every warp is done with the previous block, whose slot takes the next.
+          // The group of tile c0 also holds this thread's copies of the block's X (staged kRingBlocks blocks
+          // ahead): after the barrier every thread's have landed, and every warp is done with the previous block,
+          // whose slot takes the block kRingBlocks ahead.
           __syncthreads();
         }
-        const uint4 v = lds128(ring_addr(u));
-        if (u < ahead) cp_async16_hint(ring_addr(u), wp + u * 512, policy);
-        if (u == 0 && x_ring && nch - c0 - kDepth > 0) stage_x_block(c0 / kDepth + 1);
+        const uint4 v = lds128(ring_addr(sbase + u));
+        if (u < ahead) cp_async16_hint(ring_addr(sbase + u), wp + u * 512, policy);
+        if (u == 0 && x_ring && nch - c0 - kStages > 0) stage_x_block(c0 / kDepth + kRingBlocks);
         cp_async_commit();
         tile_at(v, xa, u, seg);
         if constexpr (TPG > 0) {
@@ -814,25 +842,28 @@ __global__ void __launch_bounds__(kThreads, fused_min_blocks(MT))
       }
       wp += kDepth * 512;
       if (x_ring) {
-        xa = (c0 / kDepth) % 2 == 0 ? xw_lane + xslot_bytes : xw_lane;  // the next block's slot
+        // The next block's slot.
+        xa = kXSlots == 2 ? ((c0 / kDepth) % 2 == 0 ? xw_lane + xslot_bytes : xw_lane)
+                          : xw_lane + static_cast<uint32_t>((c0 / kDepth + 1) % kXSlots) * xslot_bytes;
       } else {
         xa += static_cast<uint32_t>(kDepth * D::kChunkK * 2);
       }
       seg += TPG > 0 ? kDepth / TPG : TPG == -1 ? 2 * kDepth : 0;
     }
-    // The last rem < kDepth tiles: all of them are in flight already (the last kDepth committed groups hold
-    // tiles n_full + u, u < kDepth, one each, empty past the slice). n_full is a multiple of TPG, so the groups
+    // The last rem < kDepth tiles: all of them are in flight already (the last kStages committed groups hold
+    // tiles n_full + u, u < kStages, one each, empty past the slice). n_full is a multiple of TPG, so the groups
     // still start at fixed positions; only the last one may be shorter (the K tail of a row).
     const int rem = nch - n_full;
     if (x_ring && rem > 0) {
-      cp_async_wait_pending(kDepth - 1);  // tile n_full, and this thread's copies of the last block's X
+      cp_async_wait_pending(kStages - 1);  // tile n_full, and this thread's copies of the last block's X
       __syncthreads();
     }
+    const int sbase = kRingBlocks == 1 ? 0 : (n_full / kDepth) % kRingBlocks * kDepth;  // stage of tile n_full
 #pragma unroll
     for (int u = 0; u < kDepth - 1; ++u) {
       if (u < rem) {
-        cp_async_wait_pending(kDepth - 1 - u);
-        const uint4 v = lds128(ring_addr(u));
+        cp_async_wait_pending(kStages - 1 - u);
+        const uint4 v = lds128(ring_addr(sbase + u));
         tile_at(v, xa, u, seg);
         if constexpr (TPG > 0) {
           if ((u + 1) % TPG == 0 || u == rem - 1) flush(seg + u / TPG);
@@ -957,6 +988,7 @@ struct FusedKernelInfo {
   int bits;
   bool bf16;
   int mt;
+  int ring_blocks;  // RB
   const void* func;
 };
 // The compiled list of each translation unit.

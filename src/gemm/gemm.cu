@@ -50,7 +50,8 @@ struct Plan {
   int n_seg = 1;
   int smem = 0;
   bool x_vec = false;   // X rows take 16-byte loads
-  bool x_ring = false;  // fused: X through the two-slot ring (GemmXStaging::kRing)
+  bool x_ring = false;  // fused: X through the ring of 2 slots (3 with the deep ring; GemmXStaging::kRing)
+  int ring_blocks = 1;  // fused: blocks of 4 weight tiles in flight per warp (wq::kDeepRingBlocks: the deep ring)
   long long ldx = 0, ldy = 0;
   size_t ticket_bytes = 0, partial_bytes = 0;  // fused
   size_t scratch_bytes = 0;                    // dequant + cuBLASLt
@@ -68,10 +69,10 @@ int dequant_chunk_rows(int m, const WeightLayout& L) {
   return std::min(rows, L.n);
 }
 
-const FusedKernelInfo* find_kernel(int bits, bool bf16, int mt) {
+const FusedKernelInfo* find_kernel(int bits, bool bf16, int mt, int ring_blocks) {
   for (auto list : {wq::fused_kernels_w4(), wq::fused_kernels_w8()}) {
     for (const auto& e : list) {
-      if (e.bits == bits && e.bf16 == bf16 && e.mt == mt) return &e;
+      if (e.bits == bits && e.bf16 == bf16 && e.mt == mt && e.ring_blocks == ring_blocks) return &e;
     }
   }
   return nullptr;
@@ -130,6 +131,12 @@ constexpr double kRingUsPerPart = 0.1;
 constexpr double kRingUsPerMB = 0.3;
 constexpr double kSplitUs = 2.75;
 constexpr double kV10FixedTiles = 4.0;
+// The deep ring (int8 at M <= 8: 8 weight tiles in flight per warp instead of 4) where every warp streams at least
+// this many tiles and its shared memory keeps the plan's CTAs per SM. Measured on the H200 (session 35, docs/gemm.md,
+// three rounds against 4 tiles): 0.95-0.98x the time with 26-128 tiles per warp (28672x4096, 4096x14336, 8192x8192,
+// 6144x4096 at M = 1-8), 1.00x at 16, 1.04x at 10 (1280x8192 at 26 splits). int4 took 1.03-1.04x with any slice
+// (its warps wait on their instructions, not on memory), so it keeps 4.
+constexpr int kDeepRingMinTiles = 24;
 
 Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int max_smem_per_block, Plan* plan) {
   const int chunk = weight_chunk_k(L.format.kind);
@@ -159,7 +166,7 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
   struct Candidate {
     bool ok = false;
     bool ring = false;
-    int parts = 1, splits = 1, kc = 0, n_seg = 1, smem = 0, n_blocks = 0;
+    int parts = 1, splits = 1, kc = 0, n_seg = 1, smem = 0, n_blocks = 0, part_tiles = 0;
     double cost = 0.0;
   };
   // Segments of a slice: groups, or per channel one per part (an upper bound for the last, shorter slice too).
@@ -193,6 +200,7 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
         !(wq::fused_ring_parts_even(slice_tiles, tpg, parts) && wq::fused_ring_parts_even(last_tiles, tpg, parts)))
       return c;
     const int part_tiles = (slice_groups + parts - 1) / parts * tpg;
+    c.part_tiles = part_tiles;
     if (fitted) {
       const double per_warp = part_tiles * kTileUs * (plan->mt == 2 ? kTileMt2 : 1.0);
       const long long busiest = (ctas + waves * sm_count - 1) / (waves * sm_count);  // CTAs of a wave on one SM
@@ -247,6 +255,24 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
     return Status(StatusCode::kUnsupported, "fused kernel: no K slice of " + L.format.name() + " at M " +
                                                 std::to_string(p.m) + " fits the device's " +
                                                 std::to_string(smem_limit) + " bytes of shared memory per block");
+  // The deep ring: asked for, or where every warp streams enough tiles and its CTAs still fit the SM as the plan's do.
+  plan->ring_blocks = 1;
+  const bool deep_ok = wq::fused_deep_ring_supported(weight_bits(L.format.kind), plan->mt);
+  if (p.weight_ring == 8 || (p.weight_ring == 0 && deep_ok && best.part_tiles >= kDeepRingMinTiles)) {
+    const int deep_smem = wq::fused_smem_bytes(plan->mt, p.m, best.kc, best.n_seg, wq::kBlockN / best.parts,
+                                               best.ring ? ring_slot_k : 0, wq::kDeepRingBlocks);
+    const auto resident = [&](int smem) { return std::min(cap, wq::kSmemPerSm / (smem + wq::kSmemReservedPerCta)); };
+    const long long ctas = 1LL * best.n_blocks * best.splits;
+    const long long needed = std::min<long long>(resident(best.smem), (ctas + sm_count - 1) / sm_count);
+    if (p.weight_ring == 8 && deep_smem > smem_limit)
+      return Status(StatusCode::kUnsupported, "weight_ring 8: the deep ring's " + std::to_string(deep_smem) +
+                                                  " bytes of shared memory exceed the device's " +
+                                                  std::to_string(smem_limit) + " per block");
+    if (p.weight_ring == 8 || (deep_smem <= smem_limit && resident(deep_smem) >= needed)) {
+      plan->ring_blocks = wq::kDeepRingBlocks;
+      best.smem = deep_smem;
+    }
+  }
   plan->parts = best.parts;
   plan->x_ring = best.ring;
   plan->kc = best.kc;
@@ -291,6 +317,8 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
     return invalid("num_parts " + std::to_string(p.num_parts) + " must be 0 (automatic), 1, 2, 4 or 8");
   if (p.x_staging != GemmXStaging::kAuto && p.x_staging != GemmXStaging::kSlice && p.x_staging != GemmXStaging::kRing)
     return invalid("x_staging " + std::to_string(int(p.x_staging)) + " is not a GemmXStaging");
+  if (p.weight_ring != 0 && p.weight_ring != 4 && p.weight_ring != 8)
+    return invalid("weight_ring " + std::to_string(p.weight_ring) + " must be 0 (automatic), 4 or 8");
   plan->x_vec = L.k % 8 == 0 && plan->ldx % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
 
   GemmPath path = p.path;
@@ -304,8 +332,10 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
                      " (use GemmPath::kAuto or kDequantCublas)");
     plan->mt = p.m <= 8 ? 1 : p.m <= 16 ? 2 : p.m <= 32 ? 4 : 8;
     const int bits = weight_bits(L.format.kind);
-    plan->kernel = find_kernel(bits, p.x_dtype == GemmDType::kBF16, plan->mt);
-    if (!plan->kernel)
+    if (p.weight_ring == 8 && !wq::fused_deep_ring_supported(bits, plan->mt))
+      return invalid("weight_ring 8 needs int8 weights and M <= 8 (" + L.format.name() + ", M " + std::to_string(p.m) +
+                     ")");
+    if (!find_kernel(bits, p.x_dtype == GemmDType::kBF16, plan->mt, 1))
       return Status(StatusCode::kUnsupported, "fused kernel for " + L.format.name() + " x " +
                                                   gemm_dtype_name(p.x_dtype) + " M " + std::to_string(p.m) +
                                                   " is not compiled");
@@ -323,6 +353,12 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
     DeviceInfo dev;
     QDEC_RETURN_IF_ERROR(current_device_info(&dev));
     QDEC_RETURN_IF_ERROR(plan_fused(p, L, dev.sm_count, dev.max_smem_per_block_optin, plan));
+    plan->kernel = find_kernel(bits, p.x_dtype == GemmDType::kBF16, plan->mt, plan->ring_blocks);
+    if (!plan->kernel)
+      return Status(StatusCode::kUnsupported, "fused kernel for " + L.format.name() + " x " +
+                                                  gemm_dtype_name(p.x_dtype) + " M " + std::to_string(p.m) +
+                                                  " with a ring of " + std::to_string(4 * plan->ring_blocks) +
+                                                  " tiles is not compiled");
     if (plan->num_splits > 65535)
       return invalid("K " + std::to_string(L.k) + " needs " + std::to_string(plan->num_splits) +
                      " splits, over the grid limit 65535");
@@ -348,7 +384,8 @@ Status gemm_workspace_bytes(const GemmParams& p, size_t* bytes) {
   return Status::Ok();
 }
 
-Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits, int* num_parts, GemmXStaging* x_staging) {
+Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits, int* num_parts, GemmXStaging* x_staging,
+                 int* weight_ring) {
   Plan plan;
   QDEC_RETURN_IF_ERROR(validate_and_plan(p, &plan));
   if (path) *path = plan.path;
@@ -358,6 +395,7 @@ Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits, int* num_
     *x_staging = plan.path != GemmPath::kFused ? GemmXStaging::kAuto
                  : plan.x_ring                 ? GemmXStaging::kRing
                                                : GemmXStaging::kSlice;
+  if (weight_ring) *weight_ring = plan.path != GemmPath::kFused ? 0 : wq::fused_depth(plan.mt) * plan.ring_blocks;
   return Status::Ok();
 }
 

@@ -5,14 +5,14 @@
 namespace qdec::wq {
 namespace {
 const FusedKernelInfo kKernels[] = {
-    {4, true, 1, reinterpret_cast<const void*>(&fused_gemm_kernel<4, true, 1>)},
-    {4, true, 2, reinterpret_cast<const void*>(&fused_gemm_kernel<4, true, 2>)},
-    {4, true, 4, reinterpret_cast<const void*>(&fused_gemm_kernel<4, true, 4>)},
-    {4, true, 8, reinterpret_cast<const void*>(&fused_gemm_kernel<4, true, 8>)},
-    {4, false, 1, reinterpret_cast<const void*>(&fused_gemm_kernel<4, false, 1>)},
-    {4, false, 2, reinterpret_cast<const void*>(&fused_gemm_kernel<4, false, 2>)},
-    {4, false, 4, reinterpret_cast<const void*>(&fused_gemm_kernel<4, false, 4>)},
-    {4, false, 8, reinterpret_cast<const void*>(&fused_gemm_kernel<4, false, 8>)},
+    {4, true, 1, 1, reinterpret_cast<const void*>(&fused_gemm_kernel<4, true, 1>)},
+    {4, true, 2, 1, reinterpret_cast<const void*>(&fused_gemm_kernel<4, true, 2>)},
+    {4, true, 4, 1, reinterpret_cast<const void*>(&fused_gemm_kernel<4, true, 4>)},
+    {4, true, 8, 1, reinterpret_cast<const void*>(&fused_gemm_kernel<4, true, 8>)},
+    {4, false, 1, 1, reinterpret_cast<const void*>(&fused_gemm_kernel<4, false, 1>)},
+    {4, false, 2, 1, reinterpret_cast<const void*>(&fused_gemm_kernel<4, false, 2>)},
+    {4, false, 4, 1, reinterpret_cast<const void*>(&fused_gemm_kernel<4, false, 4>)},
+    {4, false, 8, 1, reinterpret_cast<const void*>(&fused_gemm_kernel<4, false, 8>)},
 };
 }  // namespace
 
