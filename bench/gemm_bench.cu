@@ -567,8 +567,8 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
                              {"graph_pct_ceiling", g_pct},
                              {"graph_x_cublas", g_speedup}});
           };
-          print("cublas-bf16", lt_us_before, double(bf16_w), lt_us / lt_us_before, "cublaslt (before)", lt_mhz_before,
-                lt_g_before, lt_g_before > 0 ? lt_g / lt_g_before : 0.0);
+          print("cublas-" + o.dtype, lt_us_before, double(bf16_w), lt_us / lt_us_before, "cublaslt (before)",
+                lt_mhz_before, lt_g_before, lt_g_before > 0 ? lt_g / lt_g_before : 0.0);
           for (const Row& r : rows) {
             if (r.dequant_only) {
               out << fmt::format("{:>12} {:>5} {:>13} {:>9.2f} {:>8} {:>9.0f} {:>6.1f}% {:>8} {:>17} {:>7.0f}\n", nk, m,
@@ -587,7 +587,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
             print(r.name, r.us, r.wbytes, lt_us / r.us, r.path, r.mhz, r.graph_us,
                   r.graph_us > 0 ? lt_g / r.graph_us : 0.0);
           }
-          print("cublas-bf16", lt_us_after, double(bf16_w), lt_us / lt_us_after, "cublaslt (after)", lt_mhz_after,
+          print("cublas-" + o.dtype, lt_us_after, double(bf16_w), lt_us / lt_us_after, "cublaslt (after)", lt_mhz_after,
                 lt_g_after, lt_g_after > 0 ? lt_g / lt_g_after : 0.0);
           for (const std::string& l : tl_lines) out << l << "\n";
         }

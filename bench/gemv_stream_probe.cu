@@ -10,15 +10,18 @@
 //   reg<U>     U tiles loaded per lane straight into registers (ld.global.nc, L1 no-allocate, evict-first),
 //              the next U requested before the current U are consumed
 // Timing: 20 back-to-back launches between two events, over buffers rotated through > 4x L2, median of 11
-// batches; GB/s = weight bytes / time per launch.
+// batches; GB/s = weight bytes / time per launch. With --single, as the benchmarks time a call: each launch alone
+// between two events after an empty kernel (so the event floor is in every time, and a launch's ramp-up and drain
+// are not overlapped by its neighbours'), median of 30; the empty kernel's own time is printed first (session 35).
 //
-//   gemv_stream_probe            (prints one table)
+//   gemv_stream_probe [--single]   (prints one table)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "gemm/fused_kernel.cuh"
@@ -165,6 +168,10 @@ struct Bufs {
   size_t bytes;
 };
 
+__global__ void empty_kernel() {}
+
+bool g_single = false;  // --single
+
 template <class F>
 double time_us(F&& launch, int nbuf) {
   cudaEvent_t a, b;
@@ -172,7 +179,17 @@ double time_us(F&& launch, int nbuf) {
   CK(cudaEventCreate(&b));
   for (int i = 0; i < 3; ++i) launch(i % nbuf);
   std::vector<double> t;
-  for (int it = 0; it < 11; ++it) {
+  for (int it = 0; g_single && it < 30; ++it) {
+    empty_kernel<<<1, 1>>>();
+    CK(cudaEventRecord(a));
+    launch(it % nbuf);
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.0);
+  }
+  for (int it = 0; !g_single && it < 11; ++it) {
     CK(cudaEventRecord(a));
     for (int i = 0; i < 20; ++i) launch((it * 20 + i) % nbuf);
     CK(cudaEventRecord(b));
@@ -190,10 +207,19 @@ double time_us(F&& launch, int nbuf) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--single") {
+      g_single = true;
+    } else {
+      std::fprintf(stderr, "usage: gemv_stream_probe [--single]\n");
+      return 1;
+    }
+  }
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  std::printf("device %s, %d SMs, L2 %d MB, %s launches\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+              g_single ? "single (event floor included)" : "20 back-to-back");
   const size_t max_bytes = size_t(28672) * 4096 / 2;
   const int nbuf = 6;
   std::vector<uint8_t*> bufs(nbuf);
@@ -203,6 +229,7 @@ int main() {
   }
   uint32_t* out = nullptr;
   CK(cudaMalloc(&out, 64));
+  if (g_single) std::printf("empty kernel (event floor) %.2f us\n", time_us([](int) { empty_kernel<<<1, 1>>>(); }, 1));
   {
     const size_t n = max_bytes / 16;
     const int grid = prop.multiProcessorCount * 4;
