@@ -313,6 +313,9 @@ std::vector<Case> gemm_cases() {
           }
         }
       }
+      // A staged slice as wide as shared memory allows with the forced ring (the planner sizes the slice for it).
+      v.push_back(
+          {"int8", d, 8, 72, 32768, GemmPath::kFused, 0, Activation::kNone, false, d, 0, GemmXStaging::kSlice, ring});
     }
   }
   // Parts with bias, clamp and fp32 Y; a tiny K (one group for 8 parts); the automatic choice at decode shapes.

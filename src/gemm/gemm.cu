@@ -177,6 +177,9 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
   const bool ring_ok = wq::fused_ring_supported(plan->mt) && plan->x_vec && p.x_staging != GemmXStaging::kSlice;
   const bool slice_ok = p.x_staging != GemmXStaging::kRing;
   const int ring_slot_k = wq::fused_ring_k(plan->mt, chunk);
+  // Ring blocks the candidates' shared memory is sized for: the deep ring's when it is asked for (so that the slice
+  // fits with it); the automatic choice adds it to the chosen plan below where it fits.
+  const int cand_ring_blocks = p.weight_ring == 8 ? wq::kDeepRingBlocks : 1;
   // Candidate with P parts and K slices of kc (a multiple of align that fits shared memory).
   auto evaluate = [&](int parts, int kc, bool ring) {
     Candidate c;
@@ -186,7 +189,7 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
     c.kc = kc;
     c.splits = (L.k_pad() + kc - 1) / kc;
     c.n_seg = segs(kc, parts);
-    c.smem = wq::fused_smem_bytes(plan->mt, p.m, kc, c.n_seg, cta_rows, ring ? ring_slot_k : 0);
+    c.smem = wq::fused_smem_bytes(plan->mt, p.m, kc, c.n_seg, cta_rows, ring ? ring_slot_k : 0, cand_ring_blocks);
     c.n_blocks = (row_blocks + wq::kWarps / parts - 1) / (wq::kWarps / parts);
     const int resident = std::min(cap, wq::kSmemPerSm / (c.smem + wq::kSmemReservedPerCta));
     const long long ctas = 1LL * c.n_blocks * c.splits;
@@ -228,7 +231,8 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
       const int cta_rows = wq::kBlockN / parts;
       int kc_max = 0;
       for (int kc = align; kc < L.k_pad() + align; kc += align) {
-        if (wq::fused_smem_bytes(plan->mt, p.m, kc, segs(kc, parts), cta_rows, ring ? ring_slot_k : 0) > smem_limit)
+        if (wq::fused_smem_bytes(plan->mt, p.m, kc, segs(kc, parts), cta_rows, ring ? ring_slot_k : 0,
+                                 cand_ring_blocks) > smem_limit)
           break;
         kc_max = kc;
       }
@@ -255,20 +259,17 @@ Status plan_fused(const GemmParams& p, const WeightLayout& L, int sm_count, int 
     return Status(StatusCode::kUnsupported, "fused kernel: no K slice of " + L.format.name() + " at M " +
                                                 std::to_string(p.m) + " fits the device's " +
                                                 std::to_string(smem_limit) + " bytes of shared memory per block");
-  // The deep ring: asked for, or where every warp streams enough tiles and its CTAs still fit the SM as the plan's do.
-  plan->ring_blocks = 1;
+  // The deep ring: asked for (the candidates were sized for it), or where every warp streams enough tiles and its
+  // CTAs still fit the SM as the plan's do.
+  plan->ring_blocks = cand_ring_blocks;
   const bool deep_ok = wq::fused_deep_ring_supported(weight_bits(L.format.kind), plan->mt);
-  if (p.weight_ring == 8 || (p.weight_ring == 0 && deep_ok && best.part_tiles >= kDeepRingMinTiles)) {
+  if (p.weight_ring == 0 && deep_ok && best.part_tiles >= kDeepRingMinTiles) {
     const int deep_smem = wq::fused_smem_bytes(plan->mt, p.m, best.kc, best.n_seg, wq::kBlockN / best.parts,
                                                best.ring ? ring_slot_k : 0, wq::kDeepRingBlocks);
     const auto resident = [&](int smem) { return std::min(cap, wq::kSmemPerSm / (smem + wq::kSmemReservedPerCta)); };
     const long long ctas = 1LL * best.n_blocks * best.splits;
     const long long needed = std::min<long long>(resident(best.smem), (ctas + sm_count - 1) / sm_count);
-    if (p.weight_ring == 8 && deep_smem > smem_limit)
-      return Status(StatusCode::kUnsupported, "weight_ring 8: the deep ring's " + std::to_string(deep_smem) +
-                                                  " bytes of shared memory exceed the device's " +
-                                                  std::to_string(smem_limit) + " per block");
-    if (p.weight_ring == 8 || (deep_smem <= smem_limit && resident(deep_smem) >= needed)) {
+    if (deep_smem <= smem_limit && resident(deep_smem) >= needed) {
       plan->ring_blocks = wq::kDeepRingBlocks;
       best.smem = deep_smem;
     }
