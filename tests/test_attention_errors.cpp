@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "attention/split_plan.h"
 #include "gpu_util.h"
 #include "qdec/attention.h"
+#include "runtime/cuda_check.h"
 
 namespace qdec {
 namespace {
@@ -242,6 +244,60 @@ TEST(DecodeSplitPlan, Int4CapFromBandwidth) {
   EXPECT_EQ(choose_splits(8, 132, 1, 131072, 128), 16);
   EXPECT_EQ(choose_splits(8, 132, 1, 32768, 128), 16);
   EXPECT_EQ(choose_splits(64, 132, 1, 8192, 128), 2);
+}
+
+// One 16-warp CTA per SM for long int4-V sequences (session 36): floor(sms / ctas) splits once each split holds
+// >= 8192 tokens of the longest sequence and >= 3/4 of the SMs are busy; 0 (the 8-warp plan stays) otherwise.
+TEST(DecodeSplitPlan, WideSplitCount) {
+  using attention::wide_split_count;
+  EXPECT_EQ(wide_split_count(8, 132, 131072), 16);  // long 128K: 128 CTAs of 8192 tokens
+  EXPECT_EQ(wide_split_count(8, 132, 262144), 16);
+  EXPECT_EQ(wide_split_count(8, 132, 131071), 0);  // 8191 tokens per split
+  EXPECT_EQ(wide_split_count(8, 132, 98304), 0);   // 6144: measured no faster
+  EXPECT_EQ(wide_split_count(8, 132, 32768), 0);
+  EXPECT_EQ(wide_split_count(4, 132, 1 << 20), 33);
+  EXPECT_EQ(wide_split_count(40, 132, 1 << 20), 3);  // 120 CTAs
+  EXPECT_EQ(wide_split_count(50, 132, 1 << 20), 2);  // 100 CTAs: 3/4 of the SMs
+  EXPECT_EQ(wide_split_count(45, 132, 1 << 20), 0);  // 2 splits: 90 CTAs, under 3/4 of the SMs
+  EXPECT_EQ(wide_split_count(66, 132, 1 << 20), 2);
+  EXPECT_EQ(wide_split_count(67, 132, 1 << 20), 0);  // one split: the unsplit rule's case
+  EXPECT_EQ(wide_split_count(133, 132, 1 << 20), 0);
+  EXPECT_EQ(wide_split_count(0, 132, 1 << 20), 0);
+  EXPECT_EQ(wide_split_count(8, 0, 1 << 20), 0);
+}
+
+// The automatic plan of the long shapes (B = 1, 32 query / 8 KV heads, head_dim 128, int4 cache, 64-token pages) on
+// this device, through the public queries (nothing is launched): 16 warps and wide_split_count's splits at 128K where
+// the 8-warp int4 plan is two CTAs per SM (int4_split_ctas_per_sm), the 8-warp plan at 32K and elsewhere.
+TEST(DecodeSplitPlan, WidePlanOnThisDevice) {
+  QDEC_SKIP_WITHOUT_GPU();
+  DeviceInfo dev;
+  ASSERT_TRUE(current_device_info(&dev).ok());
+  for (int len : {32768, 131072}) {
+    Fixture f;
+    f.lens = {len};
+    f.p.batch = 1;
+    f.p.num_qo_heads = 32;
+    f.p.num_kv_heads = 8;
+    const ContiguousKvLayout kl{{KvFormat::int4(1), 128, 64}, 1, len, 8};
+    set_contiguous_cache(&f.p, kl, f.fake, kl, f.fake);
+    f.p.seq_lens_host = f.lens.data();
+    f.p.num_splits = 0;
+    int splits = 0, warps = 0;
+    ASSERT_TRUE(decode_attention_num_splits(f.p, &splits).ok());
+    ASSERT_TRUE(decode_attention_cta_warps(f.p, &warps).ok());
+    const bool two_per_sm = attention::int4_split_ctas_per_sm(dev.dram_gbps, dev.sm_count) == 2;
+    const int wide = attention::wide_split_count(8, dev.sm_count, len);
+    std::printf("note: %s, %d SMs, %.0f GB/s: len %d -> %d splits x %d warps\n", dev.name.c_str(), dev.sm_count,
+                dev.dram_gbps, len, splits, warps);
+    if (two_per_sm && wide > 0) {
+      EXPECT_EQ(warps, 16) << "len " << len;
+      EXPECT_EQ(splits, wide) << "len " << len;
+    } else {
+      EXPECT_EQ(warps, 8) << "len " << len;
+      EXPECT_GE(splits, 2) << "len " << len;
+    }
+  }
 }
 
 TEST(DecodeSplitPlan, Bounds) {

@@ -72,7 +72,8 @@ struct DecodeAttentionParams {
   int num_splits = 0;
   // Warps per CTA (a tuning override, like num_splits): 0 = automatic; otherwise the compiled value, 8 at
   // head_dim 128 and 4 at head_dim 64, or 16 for int4 V caches (int4, int4-gN, the int8 / int4 pairs) at head_dim
-  // 128 and group_size <= 8. Automatic picks 16 there when it saves the split-K (docs/attention.md, v22).
+  // 128 and group_size <= 8. Automatic picks 16 there when it saves the split-K (docs/attention.md, v22), and, where
+  // two 8-warp split CTAs would share an SM (an H200), for splits of >= 8192 tokens (one CTA per SM; "Session 36").
   int cta_warps = 0;
   // Workspace for split partials (device); decode_attention_workspace_bytes() says how much.
   void* workspace = nullptr;

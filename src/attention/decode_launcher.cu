@@ -61,6 +61,13 @@ int int4_split_ctas_per_sm(double dram_gbps, int sms) {
   return kReachable * dram_gbps / sms > kCtaGbps ? 2 : 1;
 }
 
+int wide_split_count(int ctas, int sms, int max_len) {
+  if (ctas < 1 || sms < 1 || ctas > sms) return 0;
+  const int splits = sms / ctas;
+  if (splits < 2 || 4LL * ctas * splits < 3LL * sms || max_len / splits < kWideSplitTokens) return 0;
+  return splits;
+}
+
 }  // namespace attention
 
 const char* dtype_name(DType d) {
@@ -127,6 +134,44 @@ Status kernel_occupancy(const Plan& plan, int* blocks_per_sm) {
   }
   cache[{dev, func}] = n;
   *blocks_per_sm = n;
+  return Status::Ok();
+}
+
+// Dynamic shared memory for a programmatic dependent launch (programmatic_tail_tokens > 0) of `ctas` CTAs of the
+// plan's kernel, which fits `occ` per SM: its own, or, where the grid is at most one CTA per SM and the kernel fits
+// two or more, enough more that an SM cannot hold a second. Launched while the kernel before it (kv_append) still
+// held some SMs, such a grid got two CTAs on some SMs, which then took twice as long. Measured on the H200 (session
+// 36, docs/results/attention_pdl_spread_s36_h200.txt, a CUDA graph of append + attention steps, two rounds): int8 at
+// long 128K 82.0 -> 69.1 us per step (stream order: 70.8), long 32K 27.1 -> 23.2, seed000 B = 32 / 64 / 128 0.917 /
+// 0.888 / 0.861x the time, fp8 0.887-0.947x, bf16 at B = 128 (two 4-warp CTAs fit) 0.982x. Not in stream order, where
+// the same padding cost the split plans of 8-bit caches at B = 32 / 64 1.5-5% (the SM is empty when they launch), and
+// not for grids of more than one CTA per SM (the SmolLM2 shape, three per SM: int8 0.80x but int4 1.05x), which want
+// their own measurement. Where no padded size gives one CTA per SM, the kernel's own size.
+Status spread_smem_bytes(const Plan& plan, long long ctas, int occ, const DeviceInfo& dev, int* smem) {
+  *smem = plan.smem_bytes;
+  const long long k = (ctas + dev.sm_count - 1) / dev.sm_count;
+  if (k != 1 || k >= occ || dev.smem_per_sm <= 0) return Status::Ok();
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, long long>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(dev.device, plan.func, k);
+  if (auto it = cache.find(key); it != cache.end()) {
+    if (it->second > 0) *smem = it->second;
+    return Status::Ok();
+  }
+  // k + 1 CTAs of `pad` bytes, each with the system's reservation, exceed the SM's shared memory; k of them fit.
+  const long long pad = (dev.smem_per_sm / (k + 1) - dev.reserved_smem_per_block + 1 + 127) / 128 * 128;
+  int padded = 0;
+  if (pad > plan.smem_bytes && pad <= dev.max_smem_per_block_optin) {
+    QDEC_CUDA_RETURN(
+        cudaFuncSetAttribute(plan.func, cudaFuncAttributeMaxDynamicSharedMemorySize, dev.max_smem_per_block_optin));
+    int n = 0;
+    QDEC_CUDA_RETURN(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, plan.func, plan.warps * 32, static_cast<size_t>(pad)));
+    if (n >= 1 && n <= k) padded = static_cast<int>(pad);
+  }
+  cache[key] = padded;
+  if (padded > 0) *smem = padded;
   return Status::Ok();
 }
 
@@ -321,6 +366,21 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
       use(plan->kernel->wide);
       plan->num_splits = 1;
     }
+    // Long sequences (int4 V, where two 8-warp split CTAs share an SM, as on the H200): one 16-warp CTA per SM with
+    // half as many splits, once each split holds >= 8192 tokens (attention::wide_split_count). Measured on the H200
+    // (session 36, docs/results/attention_wide_split_s36_h200.txt; 8 (sequence, KV head) pairs, 16 splits of 16 warps
+    // against 32 of 8): long 128K contiguous int4 0.973x the time, int4-g2 0.982, int4-g4 0.980, int4-g8 0.983, the
+    // int8 / int4 pairs 0.994-1.008; paged (64-token pages) int4-g4 0.956, int4 / int4-g2 1.005-1.006, the rest
+    // 0.988-0.999; T = 262144 (8 / 1 heads) 0.962-1.007. Shorter splits lost: T = 98304 (6144 tokens per split)
+    // 0.995-1.014, 65536 0.994-1.039, 32768 1.006-1.065.
+    if (wide_ok && plan->warps == 8 && cap == 2 && plan->num_splits >= 2 &&
+        plan->kernel->wide.smem_bytes <= dev.max_smem_per_block_optin) {
+      const int wide_splits = attention::wide_split_count(ctas, dev.sm_count, max_len);
+      if (wide_splits > 0) {
+        use(plan->kernel->wide);
+        plan->num_splits = wide_splits;
+      }
+    }
     // The same bound for the 8-warp kernels of 8- and 16-bit caches, which stream at the HBM rate with one CTA per
     // SM: the estimate above counts a split's extra CTAs as parallel work but not that the unsplit grid is already
     // bandwidth-bound (v22 split sweep, docs/results/attention_splits_v22_h200.txt, T = 8192: B = 100 int8 planned
@@ -440,9 +500,16 @@ Status decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   kp.q_is_fp16 = p.q_dtype == DType::kFP16 ? 1 : 0;
   kp.pdl_tail_tokens = p.programmatic_tail_tokens;
 
+  int smem = plan.smem_bytes;
+  if (p.programmatic_tail_tokens > 0) {
+    DeviceInfo dev;
+    QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+    QDEC_RETURN_IF_ERROR(
+        spread_smem_bytes(plan, static_cast<long long>(plan.num_splits) * p.num_kv_heads * p.batch, occ, dev, &smem));
+  }
   void* args[] = {&kp};
   const LaunchConfig cfg(dim3(plan.num_splits, p.num_kv_heads, p.batch), dim3(plan.warps * 32),
-                         static_cast<size_t>(plan.smem_bytes), stream, p.programmatic_tail_tokens > 0);
+                         static_cast<size_t>(smem), stream, p.programmatic_tail_tokens > 0);
   QDEC_CUDA_RETURN(cudaLaunchKernelExC(cfg.get(), plan.func, args));
   if (plan.num_splits > 1) {
     QDEC_RETURN_IF_ERROR(attention::launch_decode_merge(part_o, part_lse, p.o, p.lse, p.batch * p.num_qo_heads,

@@ -14,4 +14,10 @@ int choose_splits(int ctas, int sms, int cap, int max_len, int stage, bool linea
 // H200: 4814 GB/s on 132 SMs), 1 where it does not (an H100 SXM: 3352 GB/s), 2 where the bandwidth is unknown (0).
 int int4_split_ctas_per_sm(double dram_gbps, int sms);
 
+// Long sequences of int4-V caches where the 8-warp split plan runs two CTAs per SM: the split count for one 16-warp
+// CTA per SM instead (floor(sms / ctas), with >= 3/4 of the SMs busy and >= kWideSplitTokens tokens of the longest
+// sequence per split), or 0 where the 8-warp plan stays (docs/attention.md, "Session 36").
+inline constexpr int kWideSplitTokens = 8192;
+int wide_split_count(int ctas, int sms, int max_len);
+
 }  // namespace qdec::attention

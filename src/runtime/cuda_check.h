@@ -24,6 +24,8 @@ struct DeviceInfo {
   int sm_count = 0;
   int l2_bytes = 0;
   int max_smem_per_block_optin = 0;
+  int smem_per_sm = 0;              // shared memory of an SM (bytes)
+  int reserved_smem_per_block = 0;  // shared memory the system reserves for each resident CTA (bytes)
   int cc_major = 0;
   int cc_minor = 0;
   // Theoretical DRAM bandwidth in 10^9 bytes/s (2 x memory clock x bus width); 0 where the driver reports neither.

@@ -31,6 +31,8 @@ Status current_device_info(DeviceInfo* info) {
   d.sm_count = prop.multiProcessorCount;
   d.l2_bytes = prop.l2CacheSize;
   d.max_smem_per_block_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
+  d.smem_per_sm = static_cast<int>(prop.sharedMemPerMultiprocessor);
+  d.reserved_smem_per_block = static_cast<int>(prop.reservedSharedMemPerBlock);
   d.cc_major = prop.major;
   d.cc_minor = prop.minor;
   d.name = prop.name;
