@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/split_plan.h"
@@ -264,6 +265,20 @@ TEST(DecodeSplitPlan, WideSplitCount) {
   EXPECT_EQ(wide_split_count(133, 132, 1 << 20), 0);
   EXPECT_EQ(wide_split_count(0, 132, 1 << 20), 0);
   EXPECT_EQ(wide_split_count(8, 0, 1 << 20), 0);
+}
+
+// The shared memory that keeps a programmatic dependent launch at one CTA per SM: one CTA with the per-CTA
+// reservation fits, two do not, in 128-byte steps.
+TEST(DecodeSplitPlan, OneCtaPerSmSmem) {
+  using attention::one_cta_per_sm_smem;
+  for (const auto& [per_sm, reserved] : {std::pair{233472, 1024}, std::pair{167936, 1024}, std::pair{102400, 0}}) {
+    const int pad = one_cta_per_sm_smem(per_sm, reserved);
+    EXPECT_EQ(pad % 128, 0) << per_sm;
+    EXPECT_LE(pad + reserved, per_sm) << per_sm;
+    EXPECT_GT(2 * (pad + reserved), per_sm) << per_sm;
+    EXPECT_LT(pad - 128 + reserved, per_sm / 2 + 1) << per_sm;  // the smallest such multiple of 128
+  }
+  EXPECT_EQ(one_cta_per_sm_smem(233472, 1024), 115840);  // sm_90: 228 KB per SM, 1 KB reserved per CTA
 }
 
 // The automatic plan of the long shapes (B = 1, 32 query / 8 KV heads, head_dim 128, int4 cache, 64-token pages) on

@@ -7,7 +7,7 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <tuple>
+#include <utility>
 
 #include "attention/decode_dispatch.h"
 #include "attention/decode_kernel.cuh"
@@ -66,6 +66,11 @@ int wide_split_count(int ctas, int sms, int max_len) {
   const int splits = sms / ctas;
   if (splits < 2 || 4LL * ctas * splits < 3LL * sms || max_len / splits < kWideSplitTokens) return 0;
   return splits;
+}
+
+int one_cta_per_sm_smem(int smem_per_sm, int reserved) {
+  // Two CTAs of (pad + reserved) bytes exceed the SM's shared memory; one fits.
+  return (smem_per_sm / 2 - reserved + 1 + 127) / 128 * 128;
 }
 
 }  // namespace attention
@@ -149,18 +154,16 @@ Status kernel_occupancy(const Plan& plan, int* blocks_per_sm) {
 // their own measurement. Where no padded size gives one CTA per SM, the kernel's own size.
 Status spread_smem_bytes(const Plan& plan, long long ctas, int occ, const DeviceInfo& dev, int* smem) {
   *smem = plan.smem_bytes;
-  const long long k = (ctas + dev.sm_count - 1) / dev.sm_count;
-  if (k != 1 || k >= occ || dev.smem_per_sm <= 0) return Status::Ok();
+  if (ctas > dev.sm_count || occ < 2 || dev.smem_per_sm <= 0) return Status::Ok();
   static std::mutex mu;
-  static std::map<std::tuple<int, const void*, long long>, int> cache;
+  static std::map<std::pair<int, const void*>, int> cache;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(dev.device, plan.func, k);
+  const auto key = std::make_pair(dev.device, plan.func);
   if (auto it = cache.find(key); it != cache.end()) {
     if (it->second > 0) *smem = it->second;
     return Status::Ok();
   }
-  // k + 1 CTAs of `pad` bytes, each with the system's reservation, exceed the SM's shared memory; k of them fit.
-  const long long pad = (dev.smem_per_sm / (k + 1) - dev.reserved_smem_per_block + 1 + 127) / 128 * 128;
+  const int pad = attention::one_cta_per_sm_smem(dev.smem_per_sm, dev.reserved_smem_per_block);
   int padded = 0;
   if (pad > plan.smem_bytes && pad <= dev.max_smem_per_block_optin) {
     QDEC_CUDA_RETURN(
@@ -168,7 +171,7 @@ Status spread_smem_bytes(const Plan& plan, long long ctas, int occ, const Device
     int n = 0;
     QDEC_CUDA_RETURN(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, plan.func, plan.warps * 32, static_cast<size_t>(pad)));
-    if (n >= 1 && n <= k) padded = static_cast<int>(pad);
+    if (n == 1) padded = pad;  // the occupancy API agrees: one CTA per SM
   }
   cache[key] = padded;
   if (padded > 0) *smem = padded;

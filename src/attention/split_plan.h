@@ -20,4 +20,9 @@ int int4_split_ctas_per_sm(double dram_gbps, int sms);
 inline constexpr int kWideSplitTokens = 8192;
 int wide_split_count(int ctas, int sms, int max_len);
 
+// Dynamic shared memory (a multiple of 128 bytes) with which one CTA fits an SM of `smem_per_sm` bytes that reserves
+// `reserved` bytes per resident CTA, and two do not: what a programmatic dependent launch of a grid of at most one CTA
+// per SM asks for (decode_launcher.cu, spread_smem_bytes).
+int one_cta_per_sm_smem(int smem_per_sm, int reserved);
+
 }  // namespace qdec::attention
