@@ -364,8 +364,8 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     // unsplit; the 16-warp CTA is taken there as well (at B = 128 the two were within 2-5% of each other, either way,
     // on an H100 in session 19).
     const bool one_per_sm = 4 * ctas >= 3 * dev.sm_count && ctas <= dev.sm_count;
-    if (wide_ok && (plan->num_splits >= 2 || cap == 1) && one_per_sm &&
-        plan->kernel->wide.smem_bytes <= dev.max_smem_per_block_optin) {
+    const bool wide_fits = wide_ok && plan->kernel->wide.smem_bytes <= dev.max_smem_per_block_optin;
+    if (wide_fits && (plan->num_splits >= 2 || cap == 1) && one_per_sm) {
       use(plan->kernel->wide);
       plan->num_splits = 1;
     }
@@ -376,8 +376,7 @@ Status validate_and_plan(const DecodeAttentionParams& p, Plan* plan) {
     // int8 / int4 pairs 0.994-1.008; paged (64-token pages) int4-g4 0.956, int4 / int4-g2 1.005-1.006, the rest
     // 0.988-0.999; T = 262144 (8 / 1 heads) 0.962-1.007. Shorter splits lost: T = 98304 (6144 tokens per split)
     // 0.995-1.014, 65536 0.994-1.039, 32768 1.006-1.065.
-    if (wide_ok && plan->warps == 8 && cap == 2 && plan->num_splits >= 2 &&
-        plan->kernel->wide.smem_bytes <= dev.max_smem_per_block_optin) {
+    if (wide_fits && plan->warps == 8 && cap == 2 && plan->num_splits >= 2) {
       const int wide_splits = attention::wide_split_count(ctas, dev.sm_count, max_len);
       if (wide_splits > 0) {
         use(plan->kernel->wide);
