@@ -328,6 +328,11 @@ std::vector<Case> extra_cases() {
       cases.push_back({pr.k, pr.v, 128, gs, 300, 0});
   cases.push_back({"int4-g4", "int4-g4", 128, 8, 100, 64});  // most splits empty
   cases.push_back({"bf16", "bf16", 64, 16, 65, 2});
+  // More splits than the merge kernel stages at a time (64): two and three chunks, every split holding tokens.
+  for (int splits : {65, 130}) {
+    for (int d : {64, 128}) cases.push_back({"bf16", "bf16", d, 4, 8192, splits});
+    cases.push_back({"int8", "int4", 128, 3, 8192, splits});
+  }
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Extra, DecodeGpu, ::testing::ValuesIn(extra_cases()), case_name);

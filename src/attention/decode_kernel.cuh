@@ -259,7 +259,11 @@ struct DecodeSmem {
   static constexpr int kStageBytes = kWarps * (KG::kDataBytes + VG::kDataBytes + KG::kMetaBytes + VG::kMetaBytes);
   static constexpr int kStages = kStageBytes <= kWarps * 2560 ? 5 : 3;  // 5 for int4, 3 for 8- and 16-bit
   static constexpr int kPipeBytes = kStages * kStageBytes;
-  static constexpr int kCombineBytes = kWarps * 16 * D * 4 + 3 * kWarps * 16 * 4 + 16 * 4;
+  // The epilogue's per-warp O rows [warp][16 heads][kORow]: a row of D + 4 floats puts the four lanes that store one
+  // dim of heads 2 * tig + h on four different banks (a row of D floats put them on one: 4-way conflicts on every
+  // store of the epilogue; ncu, long 128K int4, session 37). D + 4 floats keep the rows' float4 reads aligned.
+  static constexpr int kORow = D + 4;
+  static constexpr int kCombineBytes = kWarps * 16 * kORow * 4 + 3 * kWarps * 16 * 4 + 16 * 4;
   static constexpr int kQBytes = 16 * D * 4;                   // Q as float, set-up only
   static constexpr int kAuxBytes = KF::kGroups * 16 * 4 + 64;  // per-group Q sums (read in the loop) + scratch
   // Q is staged in the last pipeline buffer: the prologue fills buffers 0..kStages-2 only, and the first
@@ -1098,8 +1102,8 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
         for (int h = 0; h < 2; ++h) zsum[gg][nh][h] = __shfl_sync(0xffffffffu, zacc[nh][h], gg * 4 + tig) * v_inv;
   }
   const float o_unnorm = v_inv * VF::kCodeScale;
-  float* o_s = reinterpret_cast<float*>(smem);  // [warp][16 heads][D]
-  float* ml_s = o_s + kWarps * 16 * D;          // m [warp][16], l [warp][16]
+  float* o_s = reinterpret_cast<float*>(smem);  // [warp][16 heads][S::kORow]
+  float* ml_s = o_s + kWarps * 16 * S::kORow;   // m [warp][16], l [warp][16]
 #pragma unroll
   for (int mt = 0; mt < NF; ++mt)
 #pragma unroll
@@ -1110,7 +1114,7 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
         const int dim = 16 * mt + g + 8 * (c >> 1);
         float v = o_acc[mt][nh][c];
         if (c >= 2) v *= 1.f / VF::kOddRowScale;  // dims g+8 came in as 16q (int4)
-        o_s[(warp * 16 + head) * D + dim] = v * o_unnorm + zsum[mt / MTPG][nh][c & 1];
+        o_s[(warp * 16 + head) * S::kORow + dim] = v * o_unnorm + zsum[mt / MTPG][nh][c & 1];
       }
   if (g == 0) {
 #pragma unroll
@@ -1150,7 +1154,7 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       const float wt = wgt_s[r * kWarps + w];
-      const float4 v = *reinterpret_cast<const float4*>(o_s + (w * 16 + r) * D + d);
+      const float4 v = *reinterpret_cast<const float4*>(o_s + (w * 16 + r) * S::kORow + d);
       out.x += wt * v.x;
       out.y += wt * v.y;
       out.z += wt * v.z;

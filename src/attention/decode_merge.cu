@@ -30,60 +30,55 @@ __device__ __forceinline__ void store_dims4(void* o, size_t row, int head_dim, i
   }
 }
 
-// One CTA of 8 warps per row. The split weights are computed once, in parallel, into shared memory; then
-// warp w sums splits w, w+8, ... with 16-byte loads (lane = 4 dims), so ~num_splits/8 independent loads per
-// lane are in flight instead of num_splits dependent ones (a per-thread serial loop over 60 splits took
-// 11-27 us), and the 8 warp sums are added through shared memory.
+// One CTA of 8 warps per row; warp w sums splits w, w + 8, ... Each warp loads its splits' partial rows (lane = 4
+// dims) into registers, kChunkSplits splits of the row at a time, and the row's lse values alongside them: one L2
+// round trip after the wait. (The kernel used to load the lse values, reduce them across the CTA and only then
+// request the partials.) Every warp computes the row's max and weight sum by shuffles itself, so the only block
+// barrier is the final sum of the 8 warps.
+constexpr int kChunkSplits = 32;  // one lse value per lane; 4 float4 per lane in flight
+
 __global__ void __launch_bounds__(kMergeWarps * 32)
     decode_merge_kernel(const float* __restrict__ part_o, const float* __restrict__ part_lse, void* o, float* lse,
                         int num_splits, int head_dim, int q_is_fp16) {
   // Launched as a programmatic dependent of the attention kernel: wait until its partials are complete.
   ptx::griddep_wait();
-  extern __shared__ float w_s[];  // [num_splits]
-  __shared__ float red_s[kMergeWarps];
+  constexpr int kPerWarp = kChunkSplits / kMergeWarps;
   __shared__ float4 acc_s[kMergeWarps][32];
   const size_t row = blockIdx.x;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int vecs = head_dim / 4;  // float4 per split row
+  const float4* src = reinterpret_cast<const float4*>(part_o + row * num_splits * head_dim) + lane;
   const float* lse_row = part_lse + row * num_splits;
 
-  float m = -INFINITY;
-  for (int s = tid; s < num_splits; s += blockDim.x) m = fmaxf(m, lse_row[s]);
-  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  if (lane == 0) red_s[warp] = m;
-  __syncthreads();
-  m = red_s[0];
-#pragma unroll
-  for (int w = 1; w < kMergeWarps; ++w) m = fmaxf(m, red_s[w]);
-  __syncthreads();
-
-  float sum = 0.f;
-  for (int s = tid; s < num_splits; s += blockDim.x) {
-    const float l = lse_row[s];
-    const float w = l == -INFINITY ? 0.f : exp2f(l - m);
-    w_s[s] = w;
-    sum += w;
-  }
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  if (lane == 0) red_s[warp] = sum;
-  __syncthreads();
-  sum = 0.f;
-#pragma unroll
-  for (int w = 0; w < kMergeWarps; ++w) sum += red_s[w];
-
-  const int vecs = head_dim / 4;  // float4 per split row
+  float m = -INFINITY, sum = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (lane < vecs) {
-    const float4* src = reinterpret_cast<const float4*>(part_o + row * num_splits * head_dim) + lane;
-#pragma unroll 4
-    for (int s = warp; s < num_splits; s += kMergeWarps) {  // weight 0: empty split (its partial is 0)
-      const float w = w_s[s];
-      const float4 v = src[(size_t)s * vecs];
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
+  for (int c0 = 0; c0 < num_splits; c0 += kChunkSplits) {
+    float4 v[kPerWarp];
+#pragma unroll
+    for (int j = 0; j < kPerWarp; ++j) {
+      const int s = c0 + warp + kMergeWarps * j;
+      v[j] = lane < vecs && s < num_splits ? src[static_cast<size_t>(s) * vecs] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    const float l = c0 + lane < num_splits ? lse_row[c0 + lane] : -INFINITY;
+    if (c0 == 0) {  // the row's max over every split
+      m = l;
+      for (int s = kChunkSplits + lane; s < num_splits; s += 32) m = fmaxf(m, lse_row[s]);
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    }
+    const float e = l == -INFINITY ? 0.f : exp2f(l - m);  // an empty split's partial is 0 and weighs nothing
+    sum += e;
+#pragma unroll
+    for (int j = 0; j < kPerWarp; ++j) {
+      const float w = __shfl_sync(0xffffffffu, e, warp + kMergeWarps * j);
+      acc.x += w * v[j].x;
+      acc.y += w * v[j].y;
+      acc.z += w * v[j].z;
+      acc.w += w * v[j].w;
     }
   }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
   acc_s[warp][lane] = acc;
   __syncthreads();
   if (warp == 0 && lane < vecs) {
@@ -98,7 +93,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
     }
     store_dims4(o, row, head_dim, lane, t, sum, q_is_fp16);
   }
-  if (lse && tid == 0) lse[row] = (m + log2f(sum)) * 0.69314718055994531f;
+  if (lse && threadIdx.x == 0) lse[row] = (m + log2f(sum)) * 0.69314718055994531f;
 }
 
 // Few splits (<= kRowSplits): one warp per row, 8 rows per CTA, no block barrier.
@@ -163,8 +158,7 @@ Status launch_decode_merge(const float* part_o, const float* part_lse, void* o, 
                                           num_splits, head_dim, fp16),
                        "decode_merge_rows_kernel launch");
   }
-  const LaunchConfig cfg(dim3(rows), dim3(kMergeWarps * 32), static_cast<size_t>(num_splits) * sizeof(float), stream,
-                         /*programmatic=*/true);
+  const LaunchConfig cfg(dim3(rows), dim3(kMergeWarps * 32), 0, stream, /*programmatic=*/true);
   return cuda_status(
       cudaLaunchKernelEx(cfg.get(), decode_merge_kernel, part_o, part_lse, o, lse, num_splits, head_dim, fp16),
       "decode_merge_kernel launch");
