@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention/decode_timeline.h"
 #include "attention_bench.h"
 #include "bench_common.cuh"
 #include "qdec/attention.h"
@@ -687,14 +688,88 @@ struct CaseResult {
   double step_with_append_us = kNoValue;  // append, then attention as its programmatic dependent
   double append_marginal_pct = kNoValue;  // (step_with_append - decode) / decode
   // --graph-reps: per-step medians of CUDA-graph replays (no per-launch event floor).
-  double graph_append_us = kNoValue;            // the append alone
-  double graph_step_us = kNoValue;              // the attention alone
-  double graph_step_with_append_us = kNoValue;  // append, then attention as its programmatic dependent
-  double graph_append_pct_of_step = kNoValue;   // graph_append_us / graph_step_us
-  double graph_marginal_pct = kNoValue;         // (graph_step_with_append - graph_step) / graph_step
-  double graph_step_serial_us = kNoValue;       // append, then attention in plain stream order (no PDL)
-  double graph_serial_marginal_pct = kNoValue;  // (graph_step_serial - graph_step) / graph_step
+  double graph_append_us = kNoValue;                     // the append alone
+  double graph_step_us = kNoValue;                       // the attention alone
+  double graph_step_with_append_us = kNoValue;           // append, then attention as its programmatic dependent
+  double graph_append_pct_of_step = kNoValue;            // graph_append_us / graph_step_us
+  double graph_marginal_pct = kNoValue;                  // (graph_step_with_append - graph_step) / graph_step
+  double graph_step_serial_us = kNoValue;                // append, then attention in plain stream order (no PDL)
+  double graph_serial_marginal_pct = kNoValue;           // (graph_step_serial - graph_step) / graph_step
+  std::vector<std::pair<std::string, double>> timeline;  // --timeline: (column, median µs)
+  json timeline_ctas;  // --timeline: per sample, per attention CTA [SM, ready, loop end, exit] (µs from t0)
 };
+
+// --timeline: kTimelineCalls samples, each the last of kTimelineRun back-to-back calls (every CTA overwrites its
+// stamps; the tables reset before the run and read after it) -> the medians over the samples of each column: a phase's
+// quantile over the CTAs that ran, in µs from the call's first attention CTA entry (src/attention/decode_timeline.h
+// names the phases). merge columns are empty for unsplit calls.
+constexpr int kTimelineCalls = 7;
+constexpr int kTimelineRun = 3;
+std::vector<std::pair<std::string, double>> decode_timeline_columns(const std::function<void(int)>& call, json* raw) {
+  namespace at = qdec::attention;
+  struct Col {
+    const char* name;
+    bool merge;  // a column over the merge CTAs
+    int slot;
+    double q;  // quantile over the CTAs (0 min, 1 max)
+  };
+  static const Col cols[] = {{"entry p50", false, at::kDecTlEntry, 0.5},   {"entry max", false, at::kDecTlEntry, 1},
+                             {"issued p50", false, at::kDecTlIssued, 0.5}, {"q p50", false, at::kDecTlQ, 0.5},
+                             {"ready p50", false, at::kDecTlReady, 0.5},   {"ready max", false, at::kDecTlReady, 1},
+                             {"first p50", false, at::kDecTlFirst, 0.5},   {"first max", false, at::kDecTlFirst, 1},
+                             {"loop p10", false, at::kDecTlLoopEnd, 0.1},  {"loop p50", false, at::kDecTlLoopEnd, 0.5},
+                             {"loop max", false, at::kDecTlLoopEnd, 1},    {"staged p50", false, at::kDecTlStaged, 0.5},
+                             {"exit p50", false, at::kDecTlExit, 0.5},     {"exit max", false, at::kDecTlExit, 1},
+                             {"m entry min", true, at::kDecTlEntry, 0},    {"m wait min", true, at::kDecTlReady, 0},
+                             {"m wait p50", true, at::kDecTlReady, 0.5},   {"m exit max", true, at::kDecTlExit, 1}};
+  auto quantile = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[size_t(q * double(v.size() - 1) + 0.5)];
+  };
+  constexpr int kS = at::kDecTlSlots;
+  std::vector<std::vector<double>> per(std::size(cols) + 3);  // + CTAs, merge CTAs, span
+  for (int r = 0; r < kTimelineCalls; ++r) {
+    check_status(at::decode_timeline(true, nullptr, nullptr), "--timeline reset");
+    call(r);
+    std::vector<unsigned long long> att, merge;
+    check_status(at::decode_timeline(false, &att, &merge), "--timeline read");
+    const std::vector<unsigned long long>* tables[2] = {&att, &merge};
+    unsigned long long t0 = ~0ull, t1 = 0;
+    int ctas[2] = {0, 0};
+    for (int m = 0; m < 2; ++m) {
+      const auto& t = *tables[m];
+      for (size_t c = 0; c * kS < t.size(); ++c) {
+        if (t[c * kS] == 0) continue;
+        ++ctas[m];
+        if (m == 0) t0 = std::min(t0, t[c * kS]);
+        t1 = std::max(t1, t[c * kS + at::kDecTlExit]);
+      }
+    }
+    if (ctas[0] == 0) throw BenchError("--timeline: no attention CTA recorded a stamp");
+    per[0].push_back(ctas[0]);
+    per[1].push_back(ctas[1]);
+    per[2].push_back((double(t1) - double(t0)) / 1e3);
+    json sample = json::array();
+    for (size_t c = 0; c * kS < att.size(); ++c) {
+      if (att[c * kS] == 0) continue;
+      auto us = [&](int slot) { return std::round((double(att[c * kS + slot]) - double(t0)) / 10.0) / 100.0; };
+      sample.push_back({att[c * kS + at::kDecTlSm], us(at::kDecTlReady), us(at::kDecTlLoopEnd), us(at::kDecTlExit)});
+    }
+    raw->push_back(std::move(sample));
+    for (size_t k = 0; k < std::size(cols); ++k) {
+      const auto& t = *tables[cols[k].merge ? 1 : 0];
+      std::vector<double> v;
+      for (size_t c = 0; c * kS < t.size(); ++c)
+        if (t[c * kS] != 0) v.push_back((double(t[c * kS + cols[k].slot]) - double(t0)) / 1e3);
+      if (!v.empty()) per[k + 3].push_back(quantile(v, cols[k].q));
+    }
+  }
+  std::vector<std::pair<std::string, double>> out = {
+      {"ctas", quantile(per[0], 0.5)}, {"merge ctas", quantile(per[1], 0.5)}, {"span", quantile(per[2], 0.5)}};
+  for (size_t k = 0; k < std::size(cols); ++k)
+    if (!per[k + 3].empty()) out.emplace_back(cols[k].name, quantile(per[k + 3], 0.5));
+  return out;
+}
 
 // Launches per stream hold: 4 queue entries each (2 events, up to 2 kernels) stays far below the driver's
 // launch-queue depth, so the host never blocks while the spin kernel waits for it.
@@ -964,6 +1039,17 @@ CaseResult run_case(const Shape& shape, const FormatPair& fp, const AttentionBen
     }
   }
 
+  if (opts.timeline) {
+    r.timeline = decode_timeline_columns(
+        [&](int i) {  // the stamps of the last call stand
+          for (int j = 0; j < kTimelineRun; ++j)
+            check_status(decode_attention(params[size_t(i * kTimelineRun + j) % params.size()], stream),
+                         what + " timeline");
+          BENCH_CUDA(cudaStreamSynchronize(stream));
+        },
+        &r.timeline_ctas);
+  }
+
   // --append (paged): the fused append of this step's B new tokens (one per sequence, at position
   // seq_len - 1, so into the pages the step reads last; RoPE rotate-half, theta 10^4) into the same pools,
   // timed alone, and as the step an engine runs: append, then attention launched as its programmatic
@@ -1131,6 +1217,11 @@ json case_json(const Shape& s, const FormatPair& fp, const AttentionBenchOptions
       j["read_bound"]["graph_pct_read_ceiling"] = r.graph_read_bound_pct;
     }
   }
+  if (!r.timeline.empty()) {
+    j["timeline"] = json::object();
+    for (const auto& [name, us] : r.timeline) j["timeline"][name] = us;
+    j["timeline_ctas"] = r.timeline_ctas;
+  }
   if (has_value(r.append_us)) {
     j["append"] = {{"median_us", r.append_us},
                    {"bytes", r.append_bytes},
@@ -1172,6 +1263,8 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
   if (opts.cta_warps < 0) throw BenchError(fmt::format("--cta-warps: {} must be >= 0", opts.cta_warps));
   if (opts.cache != "contiguous" && opts.cache != "paged" && opts.cache != "both")
     throw BenchError(fmt::format("--cache: '{}' is not contiguous, paged or both", opts.cache));
+  if (opts.timeline && !qdec::attention::decode_timeline_built())
+    throw BenchError("--timeline needs a library built with -DQDEC_DECODE_TIMELINE=ON (a probe build)");
   if (opts.append && opts.cache == "contiguous")
     throw BenchError("--append appends into a paged pool: use it with --cache paged or --cache both");
   const std::vector<FormatPair> formats = parse_formats(opts.formats);
@@ -1301,7 +1394,7 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
 
     out << table_row("shape", "format", "splits x w", "median µs", "bytes MB", "GB/s", "% ceil", "x BF16", "t/contig",
                      "graph µs", "% graph");
-    std::vector<std::string> append_lines, graph_lines, bound_lines;
+    std::vector<std::string> append_lines, graph_lines, bound_lines, timeline_lines;
     const bool run_contiguous = opts.cache != "paged", run_paged = opts.cache != "contiguous";
     for (size_t si = 0; si < shapes.size(); ++si) {
       const Shape& shape = shapes[si];
@@ -1336,6 +1429,11 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
                                 r.graph_append_pct_of_step, r.graph_step_with_append_us, r.graph_marginal_pct,
                                 r.graph_step_serial_us, r.graph_serial_marginal_pct));
             }
+            if (!r.timeline.empty()) {
+              std::string line = fmt::format("{:<32} {:<24} {:>8.2f} |", shape.label(), name, r.time.median_us);
+              for (const auto& [col, v] : r.timeline) line += fmt::format(" {} {:.2f}", col, v);
+              timeline_lines.push_back(line + "\n");
+            }
             if (has_value(r.read_bound_us)) {
               std::string line = fmt::format("{:<32} {:<24} {:>9.2f} {:>8.1f}% {:>9.2f} {:>8.1f}% {:>9.3f}",
                                              shape.label(), name, r.time.median_us, r.pct_read_ceiling, r.read_bound_us,
@@ -1368,6 +1466,15 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
                   : std::string())
           << "\n";
       for (const std::string& line : bound_lines) out << line;
+    }
+    if (!timeline_lines.empty()) {
+      out << fmt::format(
+          "\ntimeline: {} samples per case, each the last of {} back-to-back calls; medians "
+          "over the samples of each phase's quantile over the CTAs, µs from the call's first CTA entry (ctas / merge "
+          "ctas: counts; m: the split merge's CTAs; src/attention/decode_timeline.h):\n",
+          kTimelineCalls, kTimelineRun);
+      out << fmt::format("{:<32} {:<24} {:>8}\n", "shape", "format", "timed µs");
+      for (const std::string& line : timeline_lines) out << line;
     }
     if (!append_lines.empty()) {
       out << "\nfused append (RoPE + quantize + paged write) of one new token per sequence: alone, and as part of the "

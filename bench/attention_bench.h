@@ -62,6 +62,11 @@ struct AttentionBenchOptions {
   // the case's own rotated buffers and timed the same way: the "% ceil" no kernel that reads those bytes could pass
   // under this timing (a section after the table; "read_bound" in the JSON).
   bool read_bound = false;
+  // --timeline (a library built with -DQDEC_DECODE_TIMELINE=ON): after each case, kTimelineCalls single calls with
+  // every CTA's phase stamps (src/attention/decode_timeline.h); a section after the table gives the medians over
+  // those calls of each phase's quantiles over the CTAs, in µs from the call's first CTA entry ("timeline" in the
+  // JSON).
+  bool timeline = false;
   // Before timing, run every (shape heads, format) on a small problem and compare with the float64 CPU
   // reference on the dequantized cache; a mismatch fails the run.
   bool check = false;
@@ -115,6 +120,8 @@ void add_attention_bench_options(App* app, AttentionBenchOptions* o) {
   app->add_flag("--unequal", o->unequal, "Random sequence lengths in [T/2, T] instead of all equal to T");
   app->add_flag("--read-bound", o->read_bound,
                 "Also time a streaming read of each contiguous case's K and V bytes (the bound on its % ceil)");
+  app->add_flag("--timeline", o->timeline,
+                "Per case, the phase timeline of single calls (needs a -DQDEC_DECODE_TIMELINE=ON build)");
   app->add_flag("--check", o->check, "Check every format against the CPU reference on a small problem first");
   app->add_option("--seed", o->seed, "Seed of the random cache contents and lengths")->capture_default_str();
   app->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();

@@ -19,4 +19,8 @@ std::span<const DecodeKernelInfo> decode_kernels_int4() {
   return kList;
 }
 
+Status decode_timeline_int4(bool reset, std::vector<unsigned long long>* out) {
+  return decode_timeline_io(reset, out);
+}
+
 }  // namespace qdec::attention

@@ -14,4 +14,8 @@ std::span<const DecodeKernelInfo> decode_kernels_int8() {
   return kList;
 }
 
+Status decode_timeline_int8(bool reset, std::vector<unsigned long long>* out) {
+  return decode_timeline_io(reset, out);
+}
+
 }  // namespace qdec::attention

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "attention/decode_timeline.cuh"
 #include "qdec/formats.h"
 #include "runtime/ptx.cuh"
 
@@ -263,8 +264,8 @@ struct DecodeSmem {
   // dim of heads 2 * tig + h on four different banks (a row of D floats put them on one: 4-way conflicts on every
   // store of the epilogue; ncu, long 128K int4, session 37). D + 4 floats keep the rows' float4 reads aligned.
   static constexpr int kORow = D + 4;
-  static constexpr int kCombineBytes = kWarps * 16 * kORow * 4 + 3 * kWarps * 16 * 4 + 16 * 4;
-  static constexpr int kQBytes = 16 * D * 4;                   // Q as float, set-up only
+  static constexpr int kCombineBytes = kWarps * 16 * kORow * 4 + 2 * kWarps * 16 * 4;  // O rows, m and l
+  static constexpr int kQBytes = 16 * D * 4;                                           // Q as float, set-up only
   static constexpr int kAuxBytes = KF::kGroups * 16 * 4 + 64;  // per-group Q sums (read in the loop) + scratch
   // Q is staged in the last pipeline buffer: the prologue fills buffers 0..kStages-2 only, and the first
   // copy into the last one is issued after the barrier that ends the Q set-up.
@@ -503,6 +504,10 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
   static_assert(!kKPair || KF::kGroups <= 8, "the shift MMA holds one group per k slot 2tig, 2tig + 1 < 8");
   static_assert(!KF::kBF16 || VF::kBF16, "a bf16 K cache needs a bf16 V cache");
 
+  decode_stamp(kDecTlEntry);  // probe builds only (QDEC_DECODE_TIMELINE)
+  decode_stamp(kDecTlSm);
+  [[maybe_unused]] const DecodeStampAtExit stamp_exit;
+
   extern __shared__ __align__(16) uint8_t smem[];
   float* q_s = reinterpret_cast<float*>(smem + S::kQOffset);       // [16][D], set-up only
   float* qsum_s = reinterpret_cast<float*>(smem + S::kAuxOffset);  // [KG][16]
@@ -582,6 +587,7 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
     }
     cp_async_commit();
   }
+  decode_stamp(kDecTlIssued);
 
   // ---- Q: rows (heads) >= group_size are zero; quantized caches compute in fp16 with Q scaled by 2^e.
   // Thread values: vector i is row idx / kQVecPerRow, dims 8 * (idx % kQVecPerRow) .. +7 (idx = tid + i * kThreads),
@@ -606,6 +612,10 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
       for (int k = 0; k < 8; k += 4)
         *reinterpret_cast<float4*>(q_s + idx * 8 + k) = make_float4(qf[i][k], qf[i][k + 1], qf[i][k + 2], qf[i][k + 3]);
     }
+  }
+  if constexpr (QDEC_DECODE_TIMELINE) {  // thread 0's Q values have arrived (the asm orders them before the stamp)
+    asm volatile("" ::"f"(qf[0][0]));
+    decode_stamp(kDecTlQ);
   }
   float q_factor = 1.f;
   if constexpr (kQuantK) {
@@ -693,6 +703,7 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
       p.sm_scale_log2 / q_factor * (kKPair ? float(1 << kKPairQsumLog2) : 1.f);  // log2-domain softmax scale on S
   // Q sits in the last pipeline buffer: every warp has its fragments before any warp copies into it.
   if constexpr (S::kQInPipe) __syncthreads();
+  decode_stamp(kDecTlReady);
 
   // O^T accumulators: o_acc[mt][nh] = (dims 16mt + g / g+8) x (heads 8nh + 2tig, +1).
   float o_acc[NF][NH][4];
@@ -1043,6 +1054,7 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
     // buffer it refills next (its own block16 of the previous iteration).
     cp_async_wait<S::kStages - 2>();
     __syncwarp();
+    if (QDEC_DECODE_TIMELINE && it == 0) decode_stamp(kDecTlFirst);
     {
       const int nxt = it + S::kStages - 1;
       if (strided) {
@@ -1073,6 +1085,7 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
   // waits for this grid's completion (griddepcontrol.wait) before reading the partials.
   ptx::griddep_launch_dependents();
   __syncthreads();
+  decode_stamp(kDecTlLoopEnd);
 
   // ---- Merge the warps: per head m, l, and O (with the int4 shift sums) through shared memory.
   // Exact (powers of two): undo v_norm (kVPair: in l and the shift sums too) and the int4 code scale.
@@ -1103,7 +1116,7 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
   }
   const float o_unnorm = v_inv * VF::kCodeScale;
   float* o_s = reinterpret_cast<float*>(smem);  // [warp][16 heads][S::kORow]
-  float* ml_s = o_s + kWarps * 16 * S::kORow;   // m [warp][16], l [warp][16]
+  float* ml_s = o_s + kWarps * 16 * S::kORow;   // m [16][warp], l [16][warp]
 #pragma unroll
   for (int mt = 0; mt < NF; ++mt)
 #pragma unroll
@@ -1121,46 +1134,46 @@ __global__ void __launch_bounds__(W * 32, (NH == 1 && KF::kQuant ? 16 : 8) / W)
     for (int nh = 0; nh < NH; ++nh)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        ml_s[warp * 16 + 8 * nh + 2 * tig + h] = m_run[nh][h];
-        ml_s[kWarps * 16 + warp * 16 + 8 * nh + 2 * tig + h] = l_run[nh][h];
+        ml_s[(8 * nh + 2 * tig + h) * kWarps + warp] = m_run[nh][h];
+        ml_s[kWarps * 16 + (8 * nh + 2 * tig + h) * kWarps + warp] = l_run[nh][h];
       }
   }
   __syncthreads();
-  // Per-row warp weights once (exp2(m_w - m) / l), then a multiply-add per output element.
-  float* wgt_s = ml_s + 2 * kWarps * 16;  // [16][kWarps]
-  float* lse_s = wgt_s + 16 * kWarps;     // [16] log2 domain
-  if (tid < gs) {
-    const int r = tid;
-    float m = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, ml_s[w * 16 + r]);
-    float e[kWarps], l = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float mw = ml_s[w * 16 + r];
-      e[w] = mw == -INFINITY ? 0.f : exp2f(mw - m);
-      l += e[w] * ml_s[kWarps * 16 + w * 16 + r];
-    }
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) wgt_s[r * kWarps + w] = e[w] / l;
-    lse_s[r] = m + log2f(l);
-  }
-  __syncthreads();
-  // Four consecutive dims per thread: float4 shared loads, one 16-byte (partials) or 8-byte (O) store.
+  decode_stamp(kDecTlStaged);
+  // Four consecutive dims per thread: float4 shared loads, one 16-byte (partials) or 8-byte (O) store. The warps'
+  // weights exp2(m_w - m) / l of a thread's row come from lanes w < kWarps of its half-warp (lane & 15 = warp w:
+  // shuffle reductions over those lanes, one reciprocal, a shuffle per warp; the other lanes' m, l and weight are
+  // never read), with no barrier between them and the sums (docs/attention.md, session 38). Whole warps iterate
+  // (the shuffles); rows are >= 16 vectors, so half-warps are all in or all out; the lse comes from lanes 0 / 16.
   constexpr int kVecsPerRow = D / 4;
-  for (int i = tid; i < gs * kVecsPerRow; i += kThreads) {
+  static_assert(kVecsPerRow % 16 == 0 && kWarps <= 16 && (kWarps & (kWarps - 1)) == 0,
+                "a half-warp per row segment, a lane per warp, reductions over the first kWarps lanes");
+  const int items = gs * kVecsPerRow;
+  for (int i0 = warp * 32; i0 < items; i0 += kThreads) {
+    const int i = min(i0 + lane, items - 1);
     const int r = i / kVecsPerRow, d = (i % kVecsPerRow) * 4;
+    const int w_lane = lane & 15;
+    const float mw = w_lane < kWarps ? ml_s[r * kWarps + w_lane] : -INFINITY;
+    float m = mw;
+#pragma unroll
+    for (int o = kWarps / 2; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float e = mw == -INFINITY ? 0.f : exp2f(mw - m);
+    float l = w_lane < kWarps ? e * ml_s[kWarps * 16 + r * kWarps + w_lane] : 0.f;
+#pragma unroll
+    for (int o = kWarps / 2; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+    const float wgt = e * (1.f / l);
     float4 out = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const float wt = wgt_s[r * kWarps + w];
+      const float wt = __shfl_sync(0xffffffffu, wgt, (lane & 16) | w);
       const float4 v = *reinterpret_cast<const float4*>(o_s + (w * 16 + r) * S::kORow + d);
       out.x += wt * v.x;
       out.y += wt * v.y;
       out.z += wt * v.z;
       out.w += wt * v.w;
     }
-    const float lse2 = lse_s[r];
+    if (i0 + lane >= items) continue;
+    const float lse2 = m + log2f(l);
     const size_t row = (size_t)b * p.num_qo_heads + qh0 + r;
     if (p.num_splits == 1) {
       const uint2 packed = p.q_is_fp16 ? make_uint2(pack_f16(out.x, out.y), pack_f16(out.z, out.w))

@@ -7,7 +7,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "attention/decode_merge.h"
+#include "attention/decode_timeline.cuh"
 #include "runtime/cuda_check.h"
 #include "runtime/ptx.cuh"
 
@@ -40,8 +44,12 @@ constexpr int kChunkSplits = 32;  // one lse value per lane; 4 float4 per lane i
 __global__ void __launch_bounds__(kMergeWarps * 32)
     decode_merge_kernel(const float* __restrict__ part_o, const float* __restrict__ part_lse, void* o, float* lse,
                         int num_splits, int head_dim, int q_is_fp16) {
+  decode_stamp(kDecTlEntry);  // probe builds only (QDEC_DECODE_TIMELINE)
+  decode_stamp(kDecTlSm);
+  [[maybe_unused]] const DecodeStampAtExit stamp_exit;
   // Launched as a programmatic dependent of the attention kernel: wait until its partials are complete.
   ptx::griddep_wait();
+  decode_stamp(kDecTlReady);
   constexpr int kPerWarp = kChunkSplits / kMergeWarps;
   __shared__ float4 acc_s[kMergeWarps][32];
   const size_t row = blockIdx.x;
@@ -109,7 +117,11 @@ constexpr int kRowSplits = 4;
 __global__ void __launch_bounds__(kMergeWarps * 32)
     decode_merge_rows_kernel(const float* __restrict__ part_o, const float* __restrict__ part_lse, void* o, float* lse,
                              int rows, int num_splits, int head_dim, int q_is_fp16) {
+  decode_stamp(kDecTlEntry);  // probe builds only (QDEC_DECODE_TIMELINE)
+  decode_stamp(kDecTlSm);
+  [[maybe_unused]] const DecodeStampAtExit stamp_exit;
   ptx::griddep_wait();
+  decode_stamp(kDecTlReady);
   extern __shared__ float4 stage_s[];  // [warp][num_splits][32]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const size_t row = static_cast<size_t>(blockIdx.x) * kMergeWarps + warp;
@@ -143,6 +155,31 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   }
   if (lane < vecs) store_dims4(o, row, head_dim, lane, acc, sum, q_is_fp16);
   if (lse && lane == 0) lse[row] = (m + log2f(sum)) * 0.69314718055994531f;
+}
+
+Status decode_timeline_merge(bool reset, std::vector<unsigned long long>* out) {
+  return decode_timeline_io(reset, out);
+}
+
+bool decode_timeline_built() {
+  return QDEC_DECODE_TIMELINE != 0;
+}
+
+Status decode_timeline(bool reset, std::vector<unsigned long long>* att, std::vector<unsigned long long>* merge) {
+  Status (*const units[])(bool, std::vector<unsigned long long>*) = {decode_timeline_16bit, decode_timeline_fp8,
+                                                                     decode_timeline_int8, decode_timeline_int4};
+  if (reset) {
+    for (auto* unit : units) QDEC_RETURN_IF_ERROR(unit(true, nullptr));
+    return decode_timeline_merge(true, nullptr);
+  }
+  if (att == nullptr || merge == nullptr) return Status(StatusCode::kInvalidArgument, "decode_timeline: null output");
+  att->assign(size_t(kDecTlCtas) * kDecTlSlots, 0);
+  std::vector<unsigned long long> one;
+  for (auto* unit : units) {  // one unit's kernel ran: the others' tables are all zero
+    QDEC_RETURN_IF_ERROR(unit(false, &one));
+    for (size_t i = 0; i < one.size(); ++i) (*att)[i] = std::max((*att)[i], one[i]);
+  }
+  return decode_timeline_merge(false, merge);
 }
 
 Status launch_decode_merge(const float* part_o, const float* part_lse, void* o, float* lse, int rows, int num_splits,
