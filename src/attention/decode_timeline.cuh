@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "attention/decode_timeline.h"
-#include "runtime/cuda_check.h"
+#include "runtime/probe_timeline.cuh"
 
 #ifndef QDEC_DECODE_TIMELINE
 #define QDEC_DECODE_TIMELINE 0
@@ -24,15 +24,7 @@ __device__ __forceinline__ void decode_stamp([[maybe_unused]] int slot) {
   if (threadIdx.x != 0) return;
   const unsigned cta = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   if (cta >= unsigned(kDecTlCtas)) return;
-  unsigned long long t;
-  if (slot == kDecTlSm) {
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    t = sm;
-  } else {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  }
-  g_decode_timeline[cta * kDecTlSlots + slot] = t;
+  g_decode_timeline[cta * kDecTlSlots + slot] = probe::stamp_value(slot == kDecTlSm);
 #endif
 }
 
@@ -45,14 +37,7 @@ struct DecodeStampAtExit {
 [[maybe_unused]] static Status decode_timeline_io([[maybe_unused]] bool reset,
                                                   [[maybe_unused]] std::vector<unsigned long long>* out) {
 #if QDEC_DECODE_TIMELINE
-  if (reset) {
-    const std::vector<unsigned long long> zero(size_t(kDecTlCtas) * kDecTlSlots, 0);
-    QDEC_CUDA_RETURN(cudaMemcpyToSymbol(g_decode_timeline, zero.data(), zero.size() * sizeof(zero[0])));
-    return Status::Ok();
-  }
-  out->resize(size_t(kDecTlCtas) * kDecTlSlots);
-  QDEC_CUDA_RETURN(cudaMemcpyFromSymbol(out->data(), g_decode_timeline, out->size() * sizeof((*out)[0])));
-  return Status::Ok();
+  return probe::table_io(g_decode_timeline, size_t(kDecTlCtas) * kDecTlSlots, reset, out);
 #else
   return Status(
       StatusCode::kUnsupported,

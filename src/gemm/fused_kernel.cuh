@@ -51,6 +51,7 @@
 
 #include "gemm/fused_timeline.h"
 #include "runtime/cuda_check.h"
+#include "runtime/probe_timeline.cuh"
 #include "runtime/ptx.cuh"
 
 namespace qdec::wq {
@@ -74,29 +75,14 @@ __device__ __forceinline__ void fused_stamp([[maybe_unused]] int slot) {
   if (threadIdx.x % 32 != 0) return;
   const int w = (blockIdx.y * gridDim.x + blockIdx.x) * kWarps + threadIdx.x / 32;
   if (w >= kFusedTlWarps) return;
-  unsigned long long t;
-  if (slot == kFusedTlSm) {
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    t = sm;
-  } else {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  }
-  g_fused_timeline[w * kFusedTlSlots + slot] = t;
+  g_fused_timeline[w * kFusedTlSlots + slot] = probe::stamp_value(slot == kFusedTlSm);
 #endif
 }
 // The host side of fused_timeline_w4 / _w8 (fused_timeline.h), over this translation unit's table.
 [[maybe_unused]] static Status fused_timeline_io([[maybe_unused]] bool reset,
                                                  [[maybe_unused]] std::vector<unsigned long long>* out) {
 #if QDEC_FUSED_TIMELINE
-  if (reset) {
-    const std::vector<unsigned long long> zero(size_t(kFusedTlWarps) * kFusedTlSlots, 0);
-    QDEC_CUDA_RETURN(cudaMemcpyToSymbol(g_fused_timeline, zero.data(), zero.size() * sizeof(zero[0])));
-    return Status::Ok();
-  }
-  out->resize(size_t(kFusedTlWarps) * kFusedTlSlots);
-  QDEC_CUDA_RETURN(cudaMemcpyFromSymbol(out->data(), g_fused_timeline, out->size() * sizeof((*out)[0])));
-  return Status::Ok();
+  return probe::table_io(g_fused_timeline, size_t(kFusedTlWarps) * kFusedTlSlots, reset, out);
 #else
   return Status(StatusCode::kUnsupported,
                 "fused_timeline: the library was built without QDEC_FUSED_TIMELINE (CMake -DQDEC_FUSED_TIMELINE=ON)");
