@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention/decode_timeline.h"
 #include "attention/split_plan.h"
 #include "gpu_util.h"
 #include "qdec/attention.h"
@@ -312,6 +313,20 @@ TEST(DecodeSplitPlan, WidePlanOnThisDevice) {
       EXPECT_EQ(warps, 8) << "len " << len;
       EXPECT_GE(splits, 2) << "len " << len;
     }
+  }
+}
+
+// The phase-timeline probe outside a QDEC_DECODE_TIMELINE build: kUnsupported naming the CMake option, no CUDA call;
+// a read into null tables is rejected in any build.
+TEST(DecodeErrors, TimelineOutsideTheProbeBuild) {
+  std::vector<unsigned long long> att, merge;
+  EXPECT_EQ(attention::decode_timeline(false, nullptr, &merge).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(attention::decode_timeline(false, &att, nullptr).code(), StatusCode::kInvalidArgument);
+  if (attention::decode_timeline_built()) GTEST_SKIP() << "this library is a QDEC_DECODE_TIMELINE build";
+  for (const bool reset : {true, false}) {
+    const Status s = attention::decode_timeline(reset, &att, &merge);
+    EXPECT_EQ(s.code(), StatusCode::kUnsupported) << "reset " << reset;
+    EXPECT_NE(s.message().find("-DQDEC_DECODE_TIMELINE=ON"), std::string::npos) << s.message();
   }
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/decode_timeline.h"
 #include "gemm/fused_timeline.h"
 #include "model/cpu_ops.h"
 #include "qdec/model.h"
@@ -675,6 +676,15 @@ TEST(QdecCli, BenchGemmTimelineNeedsTheProbeBuild) {
   const CliResult r = run_cli("bench gemm --timeline --shapes 4096x4096 --m 1");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("--timeline needs a library built with -DQDEC_FUSED_TIMELINE=ON"), std::string::npos)
+      << r.output;
+}
+
+// The same for the attention benchmark's --timeline and QDEC_DECODE_TIMELINE.
+TEST(QdecCli, BenchAttentionTimelineNeedsTheProbeBuild) {
+  if (attention::decode_timeline_built()) GTEST_SKIP() << "this library is a QDEC_DECODE_TIMELINE build";
+  const CliResult r = run_cli("bench attention --timeline --shapes long --formats int4");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("--timeline needs a library built with -DQDEC_DECODE_TIMELINE=ON"), std::string::npos)
       << r.output;
 }
 
