@@ -713,15 +713,18 @@ std::vector<std::pair<std::string, double>> decode_timeline_columns(const std::f
     int slot;
     double q;  // quantile over the CTAs (0 min, 1 max)
   };
-  static const Col cols[] = {{"entry p50", false, at::kDecTlEntry, 0.5},   {"entry max", false, at::kDecTlEntry, 1},
-                             {"issued p50", false, at::kDecTlIssued, 0.5}, {"q p50", false, at::kDecTlQ, 0.5},
-                             {"ready p50", false, at::kDecTlReady, 0.5},   {"ready max", false, at::kDecTlReady, 1},
-                             {"first p50", false, at::kDecTlFirst, 0.5},   {"first max", false, at::kDecTlFirst, 1},
-                             {"loop p10", false, at::kDecTlLoopEnd, 0.1},  {"loop p50", false, at::kDecTlLoopEnd, 0.5},
-                             {"loop max", false, at::kDecTlLoopEnd, 1},    {"staged p50", false, at::kDecTlStaged, 0.5},
-                             {"exit p50", false, at::kDecTlExit, 0.5},     {"exit max", false, at::kDecTlExit, 1},
-                             {"m entry min", true, at::kDecTlEntry, 0},    {"m wait min", true, at::kDecTlReady, 0},
-                             {"m wait p50", true, at::kDecTlReady, 0.5},   {"m exit max", true, at::kDecTlExit, 1}};
+  static const Col cols[] = {
+      {"entry p50", false, at::kDecTlEntry, 0.5},   {"entry max", false, at::kDecTlEntry, 1},
+      {"issued p50", false, at::kDecTlIssued, 0.5}, {"q p50", false, at::kDecTlQ, 0.5},
+      {"ready p50", false, at::kDecTlReady, 0.5},   {"ready max", false, at::kDecTlReady, 1},
+      {"first p50", false, at::kDecTlFirst, 0.5},   {"first max", false, at::kDecTlFirst, 1},
+      {"loop p10", false, at::kDecTlLoopEnd, 0.1},  {"loop p50", false, at::kDecTlLoopEnd, 0.5},
+      {"loop max", false, at::kDecTlLoopEnd, 1},    {"staged p50", false, at::kDecTlStaged, 0.5},
+      {"exit p50", false, at::kDecTlExit, 0.5},     {"exit max", false, at::kDecTlExit, 1},
+      {"m entry min", true, at::kDecTlEntry, 0},    {"m entry max", true, at::kDecTlEntry, 1},
+      {"m wait min", true, at::kDecTlReady, 0},     {"m wait p50", true, at::kDecTlReady, 0.5},
+      {"m summed p50", true, at::kDecTlFirst, 0.5}, {"m barrier p50", true, at::kDecTlLoopEnd, 0.5},
+      {"m exit max", true, at::kDecTlExit, 1}};
   auto quantile = [](std::vector<double> v, double q) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[size_t(q * double(v.size() - 1) + 0.5)];
@@ -760,7 +763,8 @@ std::vector<std::pair<std::string, double>> decode_timeline_columns(const std::f
       const auto& t = *tables[cols[k].merge ? 1 : 0];
       std::vector<double> v;
       for (size_t c = 0; c * kS < t.size(); ++c)
-        if (t[c * kS] != 0) v.push_back((double(t[c * kS + cols[k].slot]) - double(t0)) / 1e3);
+        if (t[c * kS] != 0 && t[c * kS + cols[k].slot] != 0)  // a slot its kernel does not stamp stays 0
+          v.push_back((double(t[c * kS + cols[k].slot]) - double(t0)) / 1e3);
       if (!v.empty()) per[k + 3].push_back(quantile(v, cols[k].q));
     }
   }

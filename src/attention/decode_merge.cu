@@ -87,8 +87,13 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  if constexpr (QDEC_DECODE_TIMELINE) {  // thread 0's partials summed (the asm orders them before the stamp)
+    asm volatile("" ::"f"(acc.x), "f"(sum));
+    decode_stamp(kDecTlFirst);
+  }
   acc_s[warp][lane] = acc;
   __syncthreads();
+  decode_stamp(kDecTlLoopEnd);
   if (warp == 0 && lane < vecs) {
     float4 t = acc_s[0][lane];
 #pragma unroll

@@ -16,8 +16,9 @@ namespace qdec::attention {
 // warp 0's first stage landed; every warp's loop done (after the barrier that follows it); exit (thread 0's stores
 // issued); the warps' O rows, m and l staged for the combine (after its barrier); thread 0's prologue copies issued
 // (they need the sequence length); thread 0's Q vector in registers. Merge CTAs: entry, the SM id, after
-// griddepcontrol.wait (the attention grid complete), exit. CTAs are numbered (z * gridDim.y + y) * gridDim.x + x; at
-// most kDecTlCtas are recorded.
+// griddepcontrol.wait (the attention grid complete), exit; the CTA-per-row kernel (> 4 splits) also thread 0's
+// partials summed (First) and the barrier before the final sum (LoopEnd). CTAs are numbered (z * gridDim.y + y) *
+// gridDim.x + x; at most kDecTlCtas are recorded.
 constexpr int kDecTlEntry = 0, kDecTlSm = 1, kDecTlReady = 2, kDecTlFirst = 3, kDecTlLoopEnd = 4, kDecTlExit = 5;
 constexpr int kDecTlStaged = 6, kDecTlIssued = 7, kDecTlQ = 8;
 constexpr int kDecTlSlots = 9;
