@@ -270,6 +270,19 @@ TEST(DecodeSplitPlan, WideSplitCount) {
 
 // The shared memory that keeps a programmatic dependent launch at one CTA per SM: one CTA with the per-CTA
 // reservation fits, two do not, in 128-byte steps.
+// Programmatic dependent launches are dropped (stream order) for split grids of one wave of several CTAs per SM only.
+TEST(DecodeSplitPlan, ProgrammaticLaunchPays) {
+  using attention::programmatic_launch_pays;
+  EXPECT_FALSE(programmatic_launch_pays(8, 256, 132, 2));   // seed000 B = 32 int4: 256 CTAs, 2 per SM fit
+  EXPECT_FALSE(programmatic_launch_pays(2, 384, 132, 5));   // the SmolLM2 shape: 384 CTAs of 4 warps
+  EXPECT_FALSE(programmatic_launch_pays(2, 264, 132, 2));   // exactly one full wave
+  EXPECT_TRUE(programmatic_launch_pays(1, 256, 132, 2));    // unsplit (B = 256): keeps PDL
+  EXPECT_TRUE(programmatic_launch_pays(4, 128, 132, 2));    // at most one CTA per SM (padded instead)
+  EXPECT_TRUE(programmatic_launch_pays(16, 132, 132, 1));   // one per SM, exactly
+  EXPECT_TRUE(programmatic_launch_pays(2, 265, 132, 2));    // more than one wave
+  EXPECT_TRUE(programmatic_launch_pays(8, 4096, 132, 16));  // many CTAs, several waves
+}
+
 TEST(DecodeSplitPlan, OneCtaPerSmSmem) {
   using attention::one_cta_per_sm_smem;
   for (const auto& [per_sm, reserved] : {std::pair{233472, 1024}, std::pair{167936, 1024}, std::pair{102400, 0}}) {

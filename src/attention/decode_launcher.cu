@@ -73,6 +73,15 @@ int one_cta_per_sm_smem(int smem_per_sm, int reserved) {
   return (smem_per_sm / 2 - reserved + 1 + 127) / 128 * 128;
 }
 
+// Measured on the H200 (session 38, docs/results/attention_pdl_wave_s38_h200.txt: CUDA graphs of append + attention
+// steps, two calls of two rounds): such grids, launched while the append still held some SMs, took up to 1.23x the
+// stream-order step (SmolLM2 int8 40.9 against 33.4 us, seed000 B = 32 int4-g4 24.5 against 21.1); in stream order
+// those steps took 0.81-0.99x, but the SmolLM2 shape's int4 1.07x (PDL helps it there, unexplained). Unsplit grids of
+// one wave of several CTAs per SM (B = 256) gain from PDL and keep it.
+bool programmatic_launch_pays(int num_splits, long long ctas, int sms, int occ) {
+  return !(num_splits > 1 && ctas > sms && ctas <= static_cast<long long>(occ) * sms);
+}
+
 }  // namespace attention
 
 const char* dtype_name(DType d) {
@@ -500,18 +509,19 @@ Status decode_attention(const DecodeAttentionParams& p, cudaStream_t stream) {
   const float sm_scale = p.sm_scale > 0.f ? p.sm_scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
   kp.sm_scale_log2 = sm_scale * 1.4426950408889634f;
   kp.q_is_fp16 = p.q_dtype == DType::kFP16 ? 1 : 0;
-  kp.pdl_tail_tokens = p.programmatic_tail_tokens;
-
   int smem = plan.smem_bytes;
-  if (p.programmatic_tail_tokens > 0) {
+  bool pdl = p.programmatic_tail_tokens > 0;
+  if (pdl) {
     DeviceInfo dev;
     QDEC_RETURN_IF_ERROR(current_device_info(&dev));
-    QDEC_RETURN_IF_ERROR(
-        spread_smem_bytes(plan, static_cast<long long>(plan.num_splits) * p.num_kv_heads * p.batch, occ, dev, &smem));
+    const long long ctas = static_cast<long long>(plan.num_splits) * p.num_kv_heads * p.batch;
+    pdl = attention::programmatic_launch_pays(plan.num_splits, ctas, dev.sm_count, occ);  // else stream order
+    if (pdl) QDEC_RETURN_IF_ERROR(spread_smem_bytes(plan, ctas, occ, dev, &smem));
   }
+  kp.pdl_tail_tokens = pdl ? p.programmatic_tail_tokens : 0;
   void* args[] = {&kp};
   const LaunchConfig cfg(dim3(plan.num_splits, p.num_kv_heads, p.batch), dim3(plan.warps * 32),
-                         static_cast<size_t>(smem), stream, p.programmatic_tail_tokens > 0);
+                         static_cast<size_t>(smem), stream, pdl);
   QDEC_CUDA_RETURN(cudaLaunchKernelExC(cfg.get(), plan.func, args));
   if (plan.num_splits > 1) {
     QDEC_RETURN_IF_ERROR(attention::launch_decode_merge(part_o, part_lse, p.o, p.lse, p.batch * p.num_qo_heads,

@@ -25,4 +25,9 @@ int wide_split_count(int ctas, int sms, int max_len);
 // per SM asks for (decode_launcher.cu, spread_smem_bytes).
 int one_cta_per_sm_smem(int smem_per_sm, int reserved);
 
+// Whether a call asking for a programmatic dependent launch (programmatic_tail_tokens > 0) gets one: not for a split
+// grid (num_splits > 1) of `ctas` CTAs that is one wave of several CTAs per SM (sms < ctas <= occ * sms), which then
+// launches in stream order; measured on the H200 (docs/kvcache.md, "Session 38").
+bool programmatic_launch_pays(int num_splits, long long ctas, int sms, int occ);
+
 }  // namespace qdec::attention
