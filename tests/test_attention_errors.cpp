@@ -268,8 +268,6 @@ TEST(DecodeSplitPlan, WideSplitCount) {
   EXPECT_EQ(wide_split_count(8, 0, 1 << 20), 0);
 }
 
-// The shared memory that keeps a programmatic dependent launch at one CTA per SM: one CTA with the per-CTA
-// reservation fits, two do not, in 128-byte steps.
 // Programmatic dependent launches are dropped (stream order) for split grids of one wave of several CTAs per SM only.
 TEST(DecodeSplitPlan, ProgrammaticLaunchPays) {
   using attention::programmatic_launch_pays;
@@ -283,6 +281,8 @@ TEST(DecodeSplitPlan, ProgrammaticLaunchPays) {
   EXPECT_TRUE(programmatic_launch_pays(8, 4096, 132, 16));  // many CTAs, several waves
 }
 
+// The shared memory that keeps a programmatic dependent launch at one CTA per SM: one CTA with the per-CTA
+// reservation fits, two do not, in 128-byte steps.
 TEST(DecodeSplitPlan, OneCtaPerSmSmem) {
   using attention::one_cta_per_sm_smem;
   for (const auto& [per_sm, reserved] : {std::pair{233472, 1024}, std::pair{167936, 1024}, std::pair{102400, 0}}) {

@@ -73,8 +73,9 @@ int one_cta_per_sm_smem(int smem_per_sm, int reserved) {
   return (smem_per_sm / 2 - reserved + 1 + 127) / 128 * 128;
 }
 
-// Measured on the H200 (session 38, docs/results/attention_pdl_wave_s38_h200.txt: CUDA graphs of append + attention
-// steps, two calls of two rounds): such grids, launched while the append still held some SMs, took up to 1.23x the
+// Split grids of one wave of several CTAs per SM, measured on the H200 (session 38,
+// docs/results/attention_pdl_wave_s38_h200.txt: CUDA graphs of append + attention steps, two calls of two rounds):
+// launched as the append's programmatic dependents while it still held some SMs, they took up to 1.23x the
 // stream-order step (SmolLM2 int8 40.9 against 33.4 us, seed000 B = 32 int4-g4 24.5 against 21.1); in stream order
 // those steps took 0.81-0.99x, but the SmolLM2 shape's int4 1.07x (PDL helps it there, unexplained). Unsplit grids of
 // one wave of several CTAs per SM (B = 256) gain from PDL and keep it.
