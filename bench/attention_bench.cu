@@ -725,10 +725,6 @@ std::vector<std::pair<std::string, double>> decode_timeline_columns(const std::f
       {"m wait min", true, at::kDecTlReady, 0},     {"m wait p50", true, at::kDecTlReady, 0.5},
       {"m summed p50", true, at::kDecTlFirst, 0.5}, {"m barrier p50", true, at::kDecTlLoopEnd, 0.5},
       {"m exit max", true, at::kDecTlExit, 1}};
-  auto quantile = [](std::vector<double> v, double q) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[size_t(q * double(v.size() - 1) + 0.5)];
-  };
   constexpr int kS = at::kDecTlSlots;
   std::vector<std::vector<double>> per(std::size(cols) + 3);  // + CTAs, merge CTAs, span
   for (int r = 0; r < kTimelineCalls; ++r) {

@@ -165,6 +165,12 @@ inline std::string trim(const std::string& s) {
   return s.substr(first, s.find_last_not_of(" \t") - first + 1);
 }
 
+// The q-quantile (0 = min, 1 = max) of v by nearest rank; 0 for an empty v (the --timeline probes' summaries).
+inline double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[size_t(q * double(v.size() - 1) + 0.5)];
+}
+
 // Non-empty trimmed items of a `sep`-separated list.
 inline std::vector<std::string> split_list(const std::string& s, char sep) {
   std::vector<std::string> out;

@@ -169,10 +169,6 @@ struct TlCol {
 };
 std::string timeline_line(int calls, int slots, int sm_slot, const std::vector<TlCol>& cols,
                           const std::function<std::vector<unsigned long long>(int)>& stamps) {
-  auto quantile = [](std::vector<double> v, double q) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[size_t(q * double(v.size() - 1) + 0.5)];
-  };
   std::vector<std::vector<double>> per_col(cols.size() + 2);  // + warps, span
   for (int r = 0; r < calls; ++r) {
     const std::vector<unsigned long long> t = stamps(r);
