@@ -159,6 +159,8 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
     // Options checked before any GPU work, so that a bad value fails the run with or without a GPU.
     for (int sp : o.w4a8_splits)
       if (sp < 1) throw BenchError(fmt::format("--w4a8-splits: split count {} is not >= 1", sp));
+    for (int sp : o.w8a8_splits)
+      if (sp < 0) throw BenchError(fmt::format("--w8a8-splits: split count {} is not >= 0 (0: the planner's)", sp));
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -384,9 +386,14 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
           }
           // qdec W8A8 per channel: each backend ('*' = the one kAuto takes).
           const double w8_bytes = double(i8_w) + 4.0 * sh.n + double(m) * sh.k + 4.0 * m + y16;
-          for (W8A8Backend b : {W8A8Backend::kMma, W8A8Backend::kCublasLt, W8A8Backend::kWgmma}) {
+          // (backend, forced split count): the wgmma backend once per --w8a8-splits value (0 = the planner's).
+          std::vector<std::pair<W8A8Backend, int>> w8_runs{{W8A8Backend::kMma, 0}, {W8A8Backend::kCublasLt, 0}};
+          for (int sp : o.w8a8_splits.empty() ? std::vector<int>{0} : o.w8a8_splits)
+            w8_runs.emplace_back(W8A8Backend::kWgmma, sp);
+          for (const auto& [b, forced_splits] : w8_runs) {
             if (!o.w8a8 || (b == W8A8Backend::kMma && m > o.mma_max_m)) continue;
             W8A8Params p;
+            p.num_splits = forced_splits;
             p.x = Int8ActivationsView{m, sh.k, xq[0].as<int8_t>(), 0, sx.as<float>(), rs.as<int32_t>()};
             p.w = Int8WeightView{sh.n, sh.k, wq[0].as<int8_t>(), 0, sw.as<float>()};
             p.y = yb[0].get();
@@ -408,7 +415,9 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
             check_status(w8a8_plan(p, &used, &splits, &wg_kernel), "w8a8 plan");
             W8A8Params pa = p;
             pa.backend = W8A8Backend::kAuto;
-            check_status(w8a8_plan(pa, &autob, &auto_splits), "w8a8 auto plan");
+            pa.num_splits = 0;
+            const char* auto_kernel = "";
+            check_status(w8a8_plan(pa, &autob, &auto_splits, &auto_kernel), "w8a8 auto plan");
             Buf ws(wsb);
             if (wsb) BENCH_CUDA(cudaMemset(ws.get(), 0, wsb));
             p.workspace = ws.get();
@@ -418,7 +427,7 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
                  : used == W8A8Backend::kWgmma
                      ? fmt::format("wgmma{} s{}", std::string(wg_kernel) == "cooperative" ? "-coop" : "", splits)
                      : std::string("cublaslt+epi")) +
-                std::string(autob == used ? "*" : "");
+                std::string(autob == used && auto_splits == splits && std::string(auto_kernel) == wg_kernel ? "*" : "");
             timed("qdec-w8a8", path, w8_bytes, [&](int i) {
               p.x.q = xq[i % sets].as<int8_t>();
               p.w.q = wq[i % isets].as<int8_t>();

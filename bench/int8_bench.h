@@ -27,6 +27,7 @@ struct Int8BenchOptions {
   int mma_max_m = 1024;        // time the kMma backend up to this M (it is the slow choice above kW8A8AutoMmaMaxM)
   std::vector<std::string> w4a8_paths{"auto"};  // W4A8 paths timed per scheme: auto, t8 .. t128, dq-w8a8
   std::vector<int> w4a8_splits;                 // forced W4A8 paths: the split-K counts timed (empty = the planner's)
+  std::vector<int> w8a8_splits;                 // W8A8 wgmma rows: the split-K counts timed (empty = the planner's)
   int iters = 30;
   int warmup = 5;
   uint64_t seed = 0x5eed005;
@@ -61,6 +62,9 @@ void add_int8_bench_options(App* app, Int8BenchOptions* o) {
       ->capture_default_str();
   app->add_option("--w4a8-splits", o->w4a8_splits,
                   "Forced W4A8 paths: comma list of split-K counts to time each with (default: the planner's)")
+      ->delimiter(',');
+  app->add_option("--w8a8-splits", o->w8a8_splits,
+                  "W8A8 wgmma backend: comma list of split-K counts to time it with, 0 = the planner's (default: 0)")
       ->delimiter(',');
   app->add_option("--iters", o->iters, "Timed launches per case (median reported)")->capture_default_str();
   app->add_option("--warmup", o->warmup, "Untimed launches per case")->capture_default_str();

@@ -688,11 +688,13 @@ TEST(QdecCli, BenchAttentionTimelineNeedsTheProbeBuild) {
       << r.output;
 }
 
-// The INT8 benchmark's forced W4A8 split counts are checked the same way (code 1, naming the option and the value).
+// The INT8 benchmark's forced W4A8 and W8A8 split counts are checked the same way (code 1, naming the option and
+// the value).
 TEST(QdecCli, BenchInt8RejectsBadSplitCounts) {
   for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
            {"bench int8 --w4a8-paths wg128 --w4a8-splits 4,0", "--w4a8-splits: split count 0 is not >= 1"},
-           {"bench int8 --w4a8-splits -2", "--w4a8-splits: split count -2 is not >= 1"}}) {
+           {"bench int8 --w4a8-splits -2", "--w4a8-splits: split count -2 is not >= 1"},
+           {"bench int8 --w8a8-splits 0,2,-1", "--w8a8-splits: split count -1 is not >= 0 (0: the planner's)"}}) {
     const CliResult r = run_cli(args);
     EXPECT_EQ(r.code, 1) << args << "\n" << r.output;
     EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
