@@ -47,6 +47,12 @@
 #include "int8gemm/wgmma_s8.cuh"
 #include "runtime/cuda_check.h"
 
+// The device helpers of this file serve the sm_90a kernel alone. A device pass for another architecture (the optional
+// sm_80 build) compiles the kernel's body away, and nvcc would warn that each helper is unreferenced (#177).
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#pragma nv_diag_suppress 177
+#endif
+
 namespace qdec::w4a8 {
 namespace {
 

@@ -36,6 +36,12 @@
 #include "runtime/cuda_check.h"
 #include "runtime/ptx.cuh"
 
+// The device helpers of this file serve the sm_90a kernels alone. A device pass for another architecture (the optional
+// sm_80 build) compiles the kernels' bodies away, and nvcc would warn that each helper is unreferenced (#177).
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#pragma nv_diag_suppress 177
+#endif
+
 namespace qdec::w8a8 {
 namespace {
 
