@@ -240,9 +240,13 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
       path = GemmPath::kFused;
     } else if (o.path == "dequant") {
       path = GemmPath::kDequantCublas;
+    } else if (o.path == "wgmma") {
+      path = GemmPath::kWgmma;
     } else if (o.path != "auto") {
-      throw BenchError("--path must be auto, fused or dequant");
+      throw BenchError("--path must be auto, fused, dequant or wgmma");
     }
+    if (o.tile_m != 0 && o.tile_m != 64 && o.tile_m != 128 && o.tile_m != 256)
+      throw BenchError("--tile-m must be 0, 64, 128 or 256");
     std::vector<WeightFormat> formats;
     for (const std::string& n : split_list(o.formats, ',')) {
       WeightFormat f;
@@ -272,7 +276,12 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
     if (o.check) {
       for (const WeightFormat& f : formats)
         for (int m : {1, 5, 16, 33, 64, 100})
-          check_small(f, dt, m, m > kFusedMaxM && path == GemmPath::kFused ? GemmPath::kAuto : path, stream);
+          check_small(
+              f, dt, m,
+              (m > kFusedMaxM && path == GemmPath::kFused) || (path == GemmPath::kWgmma && weight_bits(f.kind) != 4)
+                  ? GemmPath::kAuto
+                  : path,
+              stream);
       out << "check: every format at M in {1, 5, 16, 33, 64, 100} within 5e-3 of the float64 reference\n";
     }
 
@@ -367,43 +376,56 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
           std::vector<Row> rows;
           std::vector<std::string> tl_lines;  // --timeline
           for (Packed& pk : packed) {
-            // At M <= kFusedMaxM with --path auto, both paths are timed (the auto switch point kAutoFusedMaxM is
-            // chosen from these rows); the one kAuto takes is marked with '*'.
-            const bool both = path == GemmPath::kAuto && m <= kFusedMaxM;
+            // With --path auto every path that runs at this M is timed (the switch points are chosen from these
+            // rows): the fused kernel up to kFusedMaxM, the wgmma path (int4 weights) above kAutoFusedMaxM, the
+            // dequantize path everywhere; the one kAuto takes is marked with '*'.
+            std::vector<GemmPath> variant_paths;
+            if (path == GemmPath::kAuto) {
+              if (m <= kFusedMaxM) variant_paths.push_back(GemmPath::kFused);
+              variant_paths.push_back(GemmPath::kDequantCublas);
+              if (m > kAutoFusedMaxM && weight_bits(pk.L.format.kind) == 4) variant_paths.push_back(GemmPath::kWgmma);
+            } else {
+              variant_paths.push_back(path == GemmPath::kFused && m > kFusedMaxM ? GemmPath::kAuto : path);
+            }
+            const bool both = variant_paths.size() > 1;
+            // The call's operands (the first rotation set), path kAuto.
+            auto base_params = [&] {
+              GemmParams q;
+              q.m = m;
+              q.x_dtype = q.y_dtype = dt;
+              q.w = WeightView{pk.L, pk.codes[0].get(), pk.meta[0].get()};
+              q.x = xs[0].get();
+              q.y = ys[0].get();
+              return q;
+            };
+            GemmPath auto_path = GemmPath::kAuto;
+            check_status(gemm_plan(base_params(), &auto_path, nullptr), "plan (auto)");
             // --pdl: one more row, the fused path launched as a programmatic dependent (GemmParams::pdl).
-            const bool with_pdl = o.pdl && m <= kFusedMaxM && path != GemmPath::kDequantCublas;
-            const int variants = (both ? 2 : 1) + (with_pdl ? 1 : 0);
+            const bool with_pdl =
+                o.pdl && m <= kFusedMaxM && path != GemmPath::kDequantCublas && path != GemmPath::kWgmma;
+            const int variants = int(variant_paths.size()) + (with_pdl ? 1 : 0);
             for (int variant = 0; variant < variants; ++variant) {
               const bool pdl_row = with_pdl && variant == variants - 1;
-              GemmParams p;
-              p.m = m;
-              p.x_dtype = p.y_dtype = dt;
-              p.w = WeightView{pk.L, pk.codes[0].get(), pk.meta[0].get()};
-              p.x = xs[0].get();
-              p.y = ys[0].get();
-              p.path = both ? (variant == 0 ? GemmPath::kFused : GemmPath::kDequantCublas)
-                       : (path == GemmPath::kFused && m > kFusedMaxM) ? GemmPath::kAuto
-                                                                      : path;
-              if (pdl_row) {
-                p.path = GemmPath::kFused;
-                p.pdl = true;
-              }
+              GemmParams p = base_params();
+              p.path = pdl_row ? GemmPath::kFused : variant_paths[size_t(variant)];
+              if (pdl_row) p.pdl = true;
+              if (p.path == GemmPath::kWgmma) p.tile_m = o.tile_m;
               p.num_splits = p.path == GemmPath::kDequantCublas ? 0 : o.splits;
-              p.num_parts = p.path == GemmPath::kDequantCublas ? 0 : o.parts;
-              p.x_staging = p.path != GemmPath::kDequantCublas && m <= 16 ? x_staging : GemmXStaging::kAuto;
+              const bool fused_like = p.path == GemmPath::kFused || p.path == GemmPath::kAuto;
+              p.num_parts = fused_like ? o.parts : 0;
+              p.x_staging = fused_like && m <= 16 ? x_staging : GemmXStaging::kAuto;
               // The deep ring exists for int8 at M <= 8 only: elsewhere --weight-ring 8 leaves the choice to the
               // library (--weight-ring 4 applies everywhere on the fused path).
               const bool deep_ok = weight_bits(pk.L.format.kind) == 8 && m <= 8;
-              p.weight_ring =
-                  p.path == GemmPath::kDequantCublas || (o.weight_ring == 8 && !deep_ok) ? 0 : o.weight_ring;
+              p.weight_ring = !fused_like || (o.weight_ring == 8 && !deep_ok) ? 0 : o.weight_ring;
               size_t wsb = 0;
               {
                 // A launch shape forced by --splits / --parts / --x-staging that the planner refuses for this shape
                 // (e.g. the ring with parts over uneven slices) is reported and skipped, so that a grid of forced
                 // shapes runs through; every other error ends the run.
                 const Status s = gemm_workspace_bytes(p, &wsb);
-                const bool forced =
-                    p.num_splits > 0 || p.num_parts > 0 || p.x_staging != GemmXStaging::kAuto || p.weight_ring > 0;
+                const bool forced = p.num_splits > 0 || p.num_parts > 0 || p.x_staging != GemmXStaging::kAuto ||
+                                    p.weight_ring > 0 || p.tile_m > 0 || p.path == GemmPath::kWgmma;
                 if (!s.ok() && forced &&
                     (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kUnsupported)) {
                   out << fmt::format("  {:>10} {:>5} {:>13}  refused: {}\n", nk, m, pk.f.name(), s.message());
@@ -414,8 +436,8 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               GemmPath used;
               int splits = 0, parts = 0;
               GemmXStaging staged = GemmXStaging::kAuto;
-              int ring = 0;
-              check_status(gemm_plan(p, &used, &splits, &parts, &staged, &ring), "plan");
+              int ring = 0, tile_m = 0;
+              check_status(gemm_plan(p, &used, &splits, &parts, &staged, &ring, &tile_m), "plan");
               Buf ws(wsb);
               if (wsb) BENCH_CUDA(cudaMemset(ws.get(), 0, wsb));
               p.workspace = ws.get();
@@ -432,12 +454,13 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
               const double mhz = timer.last_sm_mhz();
               BENCH_CUDA(cudaGetLastError());
               const double g_us = graph ? timer.time_graph(o.graph_reps, o.iters, launch) : 0.0;
-              const bool is_auto = path == GemmPath::kAuto && (used == GemmPath::kFused) == (m <= kAutoFusedMaxM);
+              const bool is_auto = path == GemmPath::kAuto && used == auto_path;
               const std::string pth =
                   (used == GemmPath::kFused
                        ? fmt::format("{} s{}p{}{}{}", pdl_row ? "fused-pdl" : "fused", splits, parts,
                                      staged == GemmXStaging::kRing ? "r" : "", ring == 8 ? "d8" : "")
-                       : std::string("dequant+cublaslt")) +
+                   : used == GemmPath::kWgmma ? fmt::format("wgmma t{} s{}", tile_m, splits)
+                                              : std::string("dequant+cublaslt")) +
                   (both && is_auto && !pdl_row ? "*" : "");
               rows.push_back({pk.f.name(), pth, us, double(pk.L.code_bytes() + pk.L.meta_bytes()), mhz, g_us, false});
               if (o.timeline && used == GemmPath::kFused && m <= 16) {

@@ -17,11 +17,12 @@ struct GemmBenchOptions {
   std::string shapes = "all";              // comma list of NxK, or "all"
   std::vector<int> m;                      // empty = 1,4,16,64,256,1024,4096
   std::string dtype = "bf16";              // X / Y dtype: bf16 or fp16 (cuBLAS peer in the same dtype)
-  std::string path = "auto";               // auto, fused, dequant (forced for every M it supports)
+  std::string path = "auto";               // auto, fused, dequant, wgmma (forced for every M it supports)
   int iters = 30;
   int warmup = 5;
   int graph_reps = 20;  // M <= 64: also time `graph_reps` back-to-back launches as one CUDA graph (0 = off)
-  int splits = 0;       // fused path: 0 = the library's split-K choice, >= 1 forces it (GemmParams::num_splits)
+  int splits = 0;       // fused / wgmma: 0 = the library's split-K choice, >= 1 forces it (GemmParams::num_splits)
+  int tile_m = 0;       // wgmma path: 0 = the library's token tile, 64 or 128 forces it (GemmParams::tile_m)
   int parts = 0;        // fused path: 0 = the library's choice, 1/2/4/8 forces K parts per CTA (GemmParams::num_parts)
   std::string x_staging = "auto";  // fused path, M <= 16: auto, slice or ring (GemmParams::x_staging)
   int weight_ring = 0;  // fused path: 0 = the library's choice, 4 or 8 weight tiles in flight (GemmParams::weight_ring)
@@ -49,8 +50,15 @@ void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
   app->add_option("--shapes", o->shapes, "Comma list of NxK (e.g. 4096x4096) or 'all'")->capture_default_str();
   app->add_option("--m", o->m, "Comma list of M (default 1,4,16,64,256,1024,4096)")->delimiter(',');
   app->add_option("--dtype", o->dtype, "Activation dtype: bf16 or fp16")->capture_default_str();
-  app->add_option("--path", o->path, "auto, fused or dequant (dequant = dequantize + cuBLASLt)")->capture_default_str();
-  app->add_option("--splits", o->splits, "Force the fused path's split-K count (0 = automatic)")->capture_default_str();
+  app->add_option("--path", o->path,
+                  "auto, fused, dequant (dequantize + cuBLASLt) or wgmma (int4 formats, sm_90a). auto times every "
+                  "path that runs at each M (fused up to M 64, wgmma from M 33, dequant above M 0) and marks kAuto's "
+                  "choice with '*'")
+      ->capture_default_str();
+  app->add_option("--splits", o->splits, "Force the fused and wgmma paths' split-K count (0 = automatic)")
+      ->capture_default_str();
+  app->add_option("--tile-m", o->tile_m, "Force the wgmma path's token tile, 64, 128 or 256 (0 = automatic)")
+      ->capture_default_str();
   app->add_option("--parts", o->parts,
                   "Force the fused path's K parts per CTA, 1/2/4/8 (0 = automatic). A shape the planner refuses "
                   "under --splits / --parts / --x-staging is reported as 'refused:' and skipped")

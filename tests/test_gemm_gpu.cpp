@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -40,18 +41,21 @@ struct Case {
   GemmDType y_dtype;
   int parts = 0;  // GemmParams::num_parts (0 = automatic)
   GemmXStaging staging = GemmXStaging::kAuto;
-  int ring = 0;  // GemmParams::weight_ring (0 = automatic)
+  int ring = 0;    // GemmParams::weight_ring (0 = automatic)
+  int tile_m = 0;  // GemmParams::tile_m (wgmma path; 0 = automatic)
 };
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   std::string s = std::string(c.format) + "_" + gemm_dtype_name(c.x_dtype) + "_m" + std::to_string(c.m) + "_n" +
                   std::to_string(c.n) + "_k" + std::to_string(c.k) + "_" +
-                  (c.path == GemmPath::kAuto    ? "auto"
-                   : c.path == GemmPath::kFused ? "fused"
-                                                : "dequant") +
-                  "_s" + std::to_string(c.splits) + (c.parts ? "_p" + std::to_string(c.parts) : "") + "_" +
-                  activation_name(c.act) + (c.bias ? "_bias" : "") + "_y" + gemm_dtype_name(c.y_dtype) +
+                  (c.path == GemmPath::kAuto            ? "auto"
+                   : c.path == GemmPath::kFused         ? "fused"
+                   : c.path == GemmPath::kDequantCublas ? "dequant"
+                                                        : "wgmma") +
+                  (c.tile_m ? "_t" + std::to_string(c.tile_m) : "") + "_s" + std::to_string(c.splits) +
+                  (c.parts ? "_p" + std::to_string(c.parts) : "") + "_" + activation_name(c.act) +
+                  (c.bias ? "_bias" : "") + "_y" + gemm_dtype_name(c.y_dtype) +
                   (c.staging != GemmXStaging::kAuto ? std::string("_") + gemm_x_staging_name(c.staging) : "") +
                   (c.ring ? "_w" + std::to_string(c.ring) : "");
   for (char& ch : s)
@@ -165,14 +169,30 @@ TEST_P(GemmGpu, MatchesFloat64Reference) {
   p.num_parts = c.parts;
   p.x_staging = c.staging;
   p.weight_ring = c.ring;
+  p.tile_m = c.tile_m;
+  if (c.path == GemmPath::kWgmma) {
+    GemmPath unused;
+    const Status st = gemm_plan(p, &unused, nullptr);
+    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();  // no sm_90a device or code
+  }
   DeviceBuffer ws;
   ASSERT_NO_FATAL_FAILURE(attach_workspace(&p, &ws));
   GemmPath path;
-  int splits = 0, parts = 0, ring = 0;
+  int splits = 0, parts = 0, ring = 0, tile_m = 0;
   GemmXStaging staged = GemmXStaging::kAuto;
-  QDEC_ASSERT_OK(gemm_plan(p, &path, &splits, &parts, &staged, &ring));
+  QDEC_ASSERT_OK(gemm_plan(p, &path, &splits, &parts, &staged, &ring, &tile_m));
   SCOPED_TRACE(std::string("path ") + gemm_path_name(path) + ", splits " + std::to_string(splits) + ", parts " +
-               std::to_string(parts) + ", X " + gemm_x_staging_name(staged) + ", weight ring " + std::to_string(ring));
+               std::to_string(parts) + ", X " + gemm_x_staging_name(staged) + ", weight ring " + std::to_string(ring) +
+               ", tile_m " + std::to_string(tile_m));
+  if (c.path == GemmPath::kWgmma) {
+    EXPECT_EQ(path, GemmPath::kWgmma);
+    if (c.splits > 0) {
+      EXPECT_EQ(splits, c.splits);
+    }
+    if (c.tile_m > 0) {
+      EXPECT_EQ(tile_m, c.tile_m);
+    }
+  }
   if (c.parts > 0 && path == GemmPath::kFused) {
     EXPECT_EQ(parts, c.parts);
   }
@@ -337,6 +357,31 @@ std::vector<Case> gemm_cases() {
     v.push_back({"int8", d, 16, 300, 4096, GemmPath::kFused, 20, Activation::kReLU, true, GemmDType::kFP32});
     v.push_back({"int4zp-g32", d, 5, 129, 4096, GemmPath::kFused, 32, Activation::kNone, false, d});
   }
+  // The wgmma path (sm_90a): every int4 format (offset and zero point; groups of 32, whose stages hold two groups, 64,
+  // 128 and per channel) x dtype; every token tile with token rows past M (M = 33, 100) and whole ones (64, 128); K
+  // = 1000 (the last 64-value tile partly past K, the last g32 / g64 / g128 group short) and K = 4160 (a g128 group
+  // cut by the K tail); N = 257 and 200 (a CTA's last 16-row blocks past N: warps with no weights); one split and
+  // forced split counts (uneven: 3 over 16 tiles, 7 over 65), the automatic plan; bias, clamps and every Y dtype.
+  for (const char* fmt : {"int4-g32", "int4-g64", "int4-g128", "int4", "int4zp-g32", "int4zp-g128", "int4zp"}) {
+    for (GemmDType d : {bf, hf}) {
+      for (int m : {33, 64, 100, 128}) {
+        for (int t : {64, 128, 256}) {
+          v.push_back(
+              {fmt, d, m, 257, 1000, GemmPath::kWgmma, 1, Activation::kNone, false, d, 0, GemmXStaging::kAuto, 0, t});
+        }
+      }
+      v.push_back({fmt, d, 100, 200, 1000, GemmPath::kWgmma, 3, Activation::kReLU, true, GemmDType::kFP32});
+      v.push_back({fmt, d, 64, 200, 4160, GemmPath::kWgmma, 7, Activation::kReLU6, true, d});
+      v.push_back({fmt, d, 300, 384, 4160, GemmPath::kWgmma, 0, Activation::kNone, true, d == bf ? hf : bf});
+    }
+  }
+  // Larger M and N through the automatic token tile and split count (tiles that fill the SMs, no split; and few
+  // tiles, split).
+  for (GemmDType d : {bf, hf}) {
+    v.push_back({"int4-g128", d, 1000, 1000, 2048, GemmPath::kWgmma, 0, Activation::kNone, false, d});
+    v.push_back({"int4zp-g64", d, 2048, 1536, 1024, GemmPath::kWgmma, 0, Activation::kReLU, true, d});
+    v.push_back({"int4-g32", d, 40, 130, 14336, GemmPath::kWgmma, 0, Activation::kNone, false, GemmDType::kFP32});
+  }
   // The dequantize + cuBLASLt path in two row chunks (24 MiB of scratch holds 3072 rows of K = 4096).
   v.push_back({"int4-g128", bf, 2, 3100, 4096, GemmPath::kDequantCublas, 0, Activation::kReLU, true, bf});
   v.push_back({"int8", hf, 3, 3100, 4096, GemmPath::kDequantCublas, 0, Activation::kNone, false, GemmDType::kFP32});
@@ -354,6 +399,7 @@ struct RangeCase {
   const char* format;
   int m;
   int splits;
+  GemmPath path = GemmPath::kFused;
 };
 
 class GemmBf16Range : public ::testing::TestWithParam<RangeCase> {};
@@ -397,8 +443,13 @@ TEST_P(GemmBf16Range, RowsOfAnyMagnitude) {
   p.x = x.get();
   p.w = dw.view;
   p.y = y.get();
-  p.path = GemmPath::kFused;
+  p.path = c.path;
   p.num_splits = c.splits;
+  if (c.path == GemmPath::kWgmma) {
+    GemmPath unused;
+    const Status st = gemm_plan(p, &unused, nullptr);
+    if (st.code() == StatusCode::kUnsupported) GTEST_SKIP() << st.to_string();
+  }
   DeviceBuffer ws;
   ASSERT_NO_FATAL_FAILURE(attach_workspace(&p, &ws));
   QDEC_CUDA_CHECK(cudaMemset(y.get(), 0xFF, ref.size() * 4));
@@ -418,10 +469,13 @@ TEST_P(GemmBf16Range, RowsOfAnyMagnitude) {
 INSTANTIATE_TEST_SUITE_P(All, GemmBf16Range,
                          ::testing::Values(RangeCase{"int8", 5, 1}, RangeCase{"int8", 5, 4}, RangeCase{"int8", 16, 3},
                                            RangeCase{"int4-g128", 5, 1}, RangeCase{"int4-g128", 16, 4},
-                                           RangeCase{"int8-g32", 10, 2}),
+                                           RangeCase{"int8-g32", 10, 2},
+                                           RangeCase{"int4-g128", 70, 1, GemmPath::kWgmma},
+                                           RangeCase{"int4zp-g32", 130, 3, GemmPath::kWgmma}),
                          [](const ::testing::TestParamInfo<RangeCase>& i) {
                            std::string s = std::string(i.param.format) + "_m" + std::to_string(i.param.m) + "_s" +
-                                           std::to_string(i.param.splits);
+                                           std::to_string(i.param.splits) +
+                                           (i.param.path == GemmPath::kWgmma ? "_wgmma" : "");
                            for (char& ch : s)
                              if (ch == '-') ch = '_';
                            return s;
@@ -799,6 +853,98 @@ TEST(GemmErrors, BadShapesAndPointers) {
   s = gemm(p, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("M 9"), std::string::npos) << s.message();
+}
+
+// The wgmma path's conditions: each refusal names its value; kAuto takes the dequantize path where one fails.
+TEST(GemmErrors, WgmmaPathConditions) {
+  QDEC_SKIP_WITHOUT_GPU();  // planning reads the device
+  GemmParams p;
+  // 8192 x 4096 weights: kAuto takes the wgmma path from M 33 to kAutoWgmmaMaxM (wgmma_auto_wins).
+  p.w.layout = WeightLayout{WeightFormat{WeightKind::kINT4, 128}, 8192, 4096};
+  p.w.codes = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.w.meta = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.x = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.y = reinterpret_cast<void*>(uintptr_t(4096));
+  p.m = 100;
+  p.path = GemmPath::kWgmma;
+  GemmPath path;
+  Status s = gemm_plan(p, &path, nullptr);
+  if (s.code() == StatusCode::kUnsupported) {
+    // No sm_90a device or code: kAuto must not take the path.
+    EXPECT_NE(s.message().find("sm_90"), std::string::npos) << s.message();
+    p.path = GemmPath::kAuto;
+    QDEC_ASSERT_OK(gemm_plan(p, &path, nullptr));
+    EXPECT_EQ(path, GemmPath::kDequantCublas);
+    GTEST_SKIP() << s.to_string();
+  }
+  QDEC_ASSERT_OK(s);
+  EXPECT_EQ(path, GemmPath::kWgmma);
+  p.path = GemmPath::kAuto;
+  QDEC_ASSERT_OK(gemm_plan(p, &path, nullptr));
+  EXPECT_EQ(path, GemmPath::kWgmma);
+  p.m = 32;
+  QDEC_ASSERT_OK(gemm_plan(p, &path, nullptr));
+  EXPECT_EQ(path, GemmPath::kFused);
+  p.m = kAutoWgmmaMaxM + 1;
+  QDEC_ASSERT_OK(gemm_plan(p, &path, nullptr));
+  EXPECT_EQ(path, GemmPath::kDequantCublas);
+  p.m = 100;
+  struct Bad {
+    const char* what;
+    std::function<void(GemmParams*)> set;
+    StatusCode code;
+    const char* message;
+  };
+  const Bad bad[] = {
+      {"int8 weights",
+       [](GemmParams* q) {
+         q->w.layout.format = WeightFormat{WeightKind::kINT8, 0};
+       },
+       StatusCode::kUnsupported, "int8 is not supported"},
+      {"ldx", [](GemmParams* q) { q->ldx = 4100; }, StatusCode::kInvalidArgument, "ldx 4100"},
+      {"x alignment", [](GemmParams* q) { q->x = reinterpret_cast<const void*>(uintptr_t(4104)); },
+       StatusCode::kInvalidArgument, "x is not 16-byte aligned"},
+      {"meta alignment", [](GemmParams* q) { q->w.meta = reinterpret_cast<const void*>(uintptr_t(4100)); },
+       StatusCode::kInvalidArgument, "w.meta is not 16-byte aligned"},
+      {"tile_m", [](GemmParams* q) { q->tile_m = 512; }, StatusCode::kInvalidArgument, "tile_m 512"},
+      {"num_splits", [](GemmParams* q) { q->num_splits = 65; }, StatusCode::kInvalidArgument,
+       "num_splits 65 exceeds the 64 K tiles"},
+  };
+  for (const Bad& b : bad) {
+    GemmParams q = p;
+    q.path = GemmPath::kWgmma;
+    b.set(&q);
+    s = gemm(q, nullptr);
+    EXPECT_EQ(s.code(), b.code) << b.what << ": " << s.to_string();
+    EXPECT_NE(s.message().find(b.message), std::string::npos) << b.what << ": " << s.message();
+    // kAuto runs the dequantize path where the wgmma path's conditions fail (the plan says so).
+    if (std::string(b.what) != "tile_m" && std::string(b.what) != "num_splits") {
+      q.path = GemmPath::kAuto;
+      QDEC_ASSERT_OK(gemm_plan(q, &path, nullptr));
+      EXPECT_EQ(path, GemmPath::kDequantCublas) << b.what;
+    }
+  }
+  // Small weights stay on the dequantize path (measured), whatever the device.
+  GemmParams small = p;
+  small.path = GemmPath::kAuto;
+  small.w.layout = WeightLayout{WeightFormat{WeightKind::kINT4, 128}, 1280, 8192};
+  small.m = 256;
+  QDEC_ASSERT_OK(gemm_plan(small, &path, nullptr));
+  EXPECT_EQ(path, GemmPath::kDequantCublas);
+  EXPECT_FALSE(wgmma_auto_wins(256, 1280, 8192));
+  EXPECT_FALSE(wgmma_auto_wins(64, 1280, 8192));
+  EXPECT_TRUE(wgmma_auto_wins(128, 4096, 4096));
+  EXPECT_FALSE(wgmma_auto_wins(256, 4096, 4096));
+  EXPECT_TRUE(wgmma_auto_wins(1024, 8192, 3584));
+  EXPECT_FALSE(wgmma_auto_wins(1024, 6144, 4096));
+  EXPECT_FALSE(wgmma_auto_wins(32, 8192, 8192));
+  // tile_m belongs to the wgmma path.
+  GemmParams q = p;
+  q.path = GemmPath::kDequantCublas;
+  q.tile_m = 64;
+  s = gemm(q, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("tile_m 64 applies to the wgmma path only"), std::string::npos) << s.message();
 }
 
 TEST(GemmErrors, FusedPathLimitAndWorkspace) {

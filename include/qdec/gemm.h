@@ -8,7 +8,10 @@
 //   fp32 accumulation. Paths (docs/gemm.md):
 //     kFused          tensor-core kernel with in-register dequantization, M <= 64 (split-K over the SMs)
 //     kDequantCublas  dequantize W to a bf16/fp16 scratch in the workspace, then cuBLASLt (large M)
-//     kAuto           kFused for M <= kAutoFusedMaxM (32), kDequantCublas above
+//     kWgmma          sm_90a, int4 formats: the weights dequantized in registers as wgmma's A operand, X by the TMA
+//     kAuto           kFused for M <= kAutoFusedMaxM (32); above it kWgmma where it runs (sm_90a device and code,
+//                     int4 / int4zp weights, X and meta 16-byte aligned, ldx % 8 == 0) and was measured faster
+//                     (wgmma_auto_wins below), else kDequantCublas
 //
 // Conv2d: input NCHW fp32/fp16, weights [Co, Kh, Kw, Ci] packed with groups along Ci (quantize_conv_weights),
 // output NCHW in the input's dtype; im2col into the workspace, then the GEMM above (docs/gemm.md).
@@ -31,7 +34,7 @@ const char* gemm_dtype_name(GemmDType d);
 enum class Activation : uint8_t { kNone = 0, kReLU, kReLU6 };
 const char* activation_name(Activation a);
 
-enum class GemmPath : uint8_t { kAuto = 0, kFused, kDequantCublas };
+enum class GemmPath : uint8_t { kAuto = 0, kFused, kDequantCublas, kWgmma };
 const char* gemm_path_name(GemmPath p);
 
 // How the fused kernel stages X in shared memory: the CTA's whole K slice in its prologue (kSlice), or through a
@@ -48,6 +51,17 @@ constexpr int kFusedMaxM = 64;
 // Largest M for which kAuto picks the fused kernel (measured on the H200, docs/gemm.md: above it the dequantize +
 // cuBLASLt path is faster); kFusedMaxM stays the fused path's limit when it is asked for explicitly.
 constexpr int kAutoFusedMaxM = 32;
+// Where kAuto picks the wgmma path over the dequantize + cuBLASLt path (both measured on the H200 over the 7 benchmark
+// shapes, docs/gemm.md "The wgmma path"): M <= kAutoWgmmaSmallMaxM with at least kAutoWgmmaMinWeightsSmallM weights
+// (N x K), or M <= kAutoWgmmaMaxM with at least kAutoWgmmaMinWeights.
+constexpr int kAutoWgmmaSmallMaxM = 128;
+constexpr long long kAutoWgmmaMinWeightsSmallM = 12LL << 20;
+constexpr int kAutoWgmmaMaxM = 1024;
+constexpr long long kAutoWgmmaMinWeights = 28LL << 20;
+constexpr bool wgmma_auto_wins(int m, long long n, long long k) {
+  return m > kAutoFusedMaxM && ((m <= kAutoWgmmaSmallMaxM && n * k >= kAutoWgmmaMinWeightsSmallM) ||
+                                (m <= kAutoWgmmaMaxM && n * k >= kAutoWgmmaMinWeights));
+}
 
 // A packed weight on the device.
 struct WeightView {
@@ -82,6 +96,8 @@ struct GemmParams {
   // read or written only after that kernel has completed. So W must not be written by the kernel launched just
   // before. The dequantize + cuBLASLt path ignores it.
   bool pdl = false;
+  // Wgmma path: tokens per CTA, 0 = automatic, else 64, 128 or 256 (num_splits forces its split-K count too).
+  int tile_m = 0;
   // Device workspace, gemm_workspace_bytes() of it, 256-byte aligned. Zero-fill it once after allocating it
   // (cudaMemset): the split-K semaphores must start at zero; every call leaves them zero again. One buffer of the
   // largest size can serve every call and path (qdec/workspace.h: scratch never enters the split-K state zone).
@@ -91,10 +107,11 @@ struct GemmParams {
 
 // Bytes of workspace the call needs (depends on the path that M selects, the split count, and the shapes).
 Status gemm_workspace_bytes(const GemmParams& p, size_t* bytes);
-// The path kAuto resolves to, the fused split count, K parts per CTA, X staging and weight tiles in flight per
-// warp (1, 1, kAuto and 0 for the cuBLASLt path), after validation. Null outputs are skipped.
+// The path kAuto resolves to, the split count (fused and wgmma paths), K parts per CTA, X staging and weight tiles in
+// flight per warp (1, 1, kAuto and 0 for the other paths), and the wgmma path's token tile (else 0), after
+// validation. Null outputs are skipped.
 Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits, int* num_parts = nullptr,
-                 GemmXStaging* x_staging = nullptr, int* weight_ring = nullptr);
+                 GemmXStaging* x_staging = nullptr, int* weight_ring = nullptr, int* tile_m = nullptr);
 // Validate, then launch on `stream`. On error nothing is launched.
 Status gemm(const GemmParams& p, cudaStream_t stream);
 

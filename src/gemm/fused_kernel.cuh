@@ -299,11 +299,7 @@ __device__ __forceinline__ void cp_async_wait_pending(int n) {
       break;
   }
 }
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 r;
-  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(addr));
-  return r;
-}
+using ptx::lds128;
 
 // An L2 policy that marks lines evict-first (the weights are read once).
 __device__ __forceinline__ uint64_t evict_first_policy() {

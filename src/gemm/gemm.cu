@@ -9,6 +9,7 @@
 #include "gemm/cublaslt.h"
 #include "gemm/dequant_kernel.cuh"
 #include "gemm/fused_kernel.cuh"
+#include "gemm/wgmma_a16.h"
 #include "qdec/gemm.h"
 #include "runtime/cuda_check.h"
 
@@ -21,7 +22,10 @@ const char* activation_name(Activation a) {
   return a == Activation::kNone ? "none" : a == Activation::kReLU ? "relu" : "relu6";
 }
 const char* gemm_path_name(GemmPath p) {
-  return p == GemmPath::kAuto ? "auto" : p == GemmPath::kFused ? "fused" : "dequant+cublaslt";
+  return p == GemmPath::kAuto            ? "auto"
+         : p == GemmPath::kFused         ? "fused"
+         : p == GemmPath::kDequantCublas ? "dequant+cublaslt"
+                                         : "wgmma";
 }
 const char* gemm_x_staging_name(GemmXStaging s) {
   return s == GemmXStaging::kAuto ? "auto" : s == GemmXStaging::kSlice ? "slice" : "ring";
@@ -55,6 +59,7 @@ struct Plan {
   long long ldx = 0, ldy = 0;
   size_t ticket_bytes = 0, partial_bytes = 0;  // fused
   size_t scratch_bytes = 0;                    // dequant + cuBLASLt
+  wq::A16Plan a16;                             // wgmma
   size_t workspace_bytes = 0;
 };
 
@@ -322,11 +327,35 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
     return invalid("weight_ring " + std::to_string(p.weight_ring) + " must be 0 (automatic), 4 or 8");
   plan->x_vec = L.k % 8 == 0 && plan->ldx % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
 
+  if (p.tile_m != 0 && p.tile_m != 64 && p.tile_m != 128 && p.tile_m != 256)
+    return invalid("tile_m " + std::to_string(p.tile_m) + " must be 0 (automatic), 64, 128 or 256");
   GemmPath path = p.path;
-  if (path == GemmPath::kAuto) path = p.m <= kAutoFusedMaxM ? GemmPath::kFused : GemmPath::kDequantCublas;
-  if (path != GemmPath::kFused && path != GemmPath::kDequantCublas)
+  if (path != GemmPath::kAuto && path != GemmPath::kFused && path != GemmPath::kDequantCublas &&
+      path != GemmPath::kWgmma)
     return invalid("path " + std::to_string(int(p.path)) + " is not a GemmPath");
+  // The wgmma path's conditions, each with the reason it fails (empty: it runs).
+  auto wgmma_blocker = [&]() -> Status {
+    if (weight_bits(L.format.kind) != 4)
+      return Status(StatusCode::kUnsupported,
+                    "path wgmma: " + L.format.name() + " is not supported (int4 and int4zp formats are)");
+    QDEC_RETURN_IF_ERROR(wq::a16_supported());
+    if (reinterpret_cast<uintptr_t>(p.x) % 16 != 0) return invalid("path wgmma: x is not 16-byte aligned");
+    if (plan->ldx % 8 != 0)
+      return invalid("path wgmma: ldx " + std::to_string(plan->ldx) + " is not a multiple of 8 (16-byte rows)");
+    if (reinterpret_cast<uintptr_t>(p.w.meta) % 16 != 0) return invalid("path wgmma: w.meta is not 16-byte aligned");
+    return Status::Ok();
+  };
+  if (path == GemmPath::kAuto) {
+    path = p.m <= kAutoFusedMaxM                                    ? GemmPath::kFused
+           : wgmma_auto_wins(p.m, L.n, L.k) && wgmma_blocker().ok() ? GemmPath::kWgmma
+                                                                    : GemmPath::kDequantCublas;
+  } else if (path == GemmPath::kWgmma) {
+    QDEC_RETURN_IF_ERROR(wgmma_blocker());
+  }
   plan->path = path;
+  if (p.tile_m != 0 && path != GemmPath::kWgmma)
+    return invalid("tile_m " + std::to_string(p.tile_m) + " applies to the wgmma path only (path " +
+                   gemm_path_name(path) + ")");
   if (path == GemmPath::kFused) {
     if (p.m > kFusedMaxM)
       return invalid("M " + std::to_string(p.m) + " exceeds the fused path's limit " + std::to_string(kFusedMaxM) +
@@ -368,6 +397,12 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
       plan->partial_bytes = round256(size_t(L.n_pad()) * plan->mt * 8 * 4);
     }
     plan->workspace_bytes = plan->ticket_bytes + plan->partial_bytes;
+  } else if (path == GemmPath::kWgmma) {
+    DeviceInfo dev;
+    QDEC_RETURN_IF_ERROR(current_device_info(&dev));
+    QDEC_RETURN_IF_ERROR(wq::a16_plan(p.m, L, p.tile_m, p.num_splits, dev.sm_count, &plan->a16));
+    plan->num_splits = plan->a16.splits;
+    plan->workspace_bytes = plan->a16.ticket_bytes + plan->a16.partial_bytes;
   } else {
     // Scratch after the split-K state zone (qdec/workspace.h): [zone][16-bit weight chunk][cuBLASLt workspace].
     plan->scratch_bytes = round256(size_t(dequant_chunk_rows(p.m, L)) * L.k * 2);
@@ -386,7 +421,7 @@ Status gemm_workspace_bytes(const GemmParams& p, size_t* bytes) {
 }
 
 Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits, int* num_parts, GemmXStaging* x_staging,
-                 int* weight_ring) {
+                 int* weight_ring, int* tile_m) {
   Plan plan;
   QDEC_RETURN_IF_ERROR(validate_and_plan(p, &plan));
   if (path) *path = plan.path;
@@ -397,6 +432,7 @@ Status gemm_plan(const GemmParams& p, GemmPath* path, int* num_splits, int* num_
                  : plan.x_ring                 ? GemmXStaging::kRing
                                                : GemmXStaging::kSlice;
   if (weight_ring) *weight_ring = plan.path != GemmPath::kFused ? 0 : wq::fused_depth(plan.mt) * plan.ring_blocks;
+  if (tile_m) *tile_m = plan.path == GemmPath::kWgmma ? plan.a16.tile_m : 0;
   return Status::Ok();
 }
 
@@ -448,6 +484,23 @@ Status gemm(const GemmParams& p, cudaStream_t stream) {
     const LaunchConfig cfg(dim3(plan.n_blocks, plan.num_splits), dim3(wq::kThreads), plan.smem, stream, p.pdl);
     QDEC_CUDA_RETURN(cudaLaunchKernelExC(cfg.get(), plan.kernel->func, args));
     return Status::Ok();
+  }
+  if (plan.path == GemmPath::kWgmma) {
+    wq::A16Args a;
+    a.codes = static_cast<const uint8_t*>(p.w.codes);
+    a.meta = static_cast<const uint8_t*>(p.w.meta);
+    a.x = p.x;
+    a.ldx = plan.ldx;
+    a.bf16 = p.x_dtype == GemmDType::kBF16;
+    a.y = p.y;
+    a.ldy = plan.ldy;
+    a.y_dtype = static_cast<int>(p.y_dtype);
+    a.bias = p.bias;
+    a.act = static_cast<int>(p.act);
+    a.m = p.m;
+    a.zero_point = zp;
+    a.workspace = p.workspace;
+    return wq::a16_launch(a, L, plan.a16, stream);
   }
   // Large M: dequantize to a 16-bit scratch in X's dtype, cuBLASLt, then bias / clamp if asked. Below
   // kChunkMaxM the weight goes in row chunks of <= kChunkBytes, so that each chunk's scratch is still in L2

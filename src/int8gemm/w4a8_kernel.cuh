@@ -119,11 +119,7 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
-  return v;
-}
+using ptx::lds128;
 // Four 8 x 8 b16 matrices (rows of 16 bytes): lane 8m + i gives the address of row i of matrix m; lane 4g + t
 // receives word t of row g of each matrix.
 __device__ __forceinline__ uint4 ldmatrix_x4(uint32_t addr) {
@@ -137,11 +133,7 @@ __device__ __forceinline__ uint4 ldmatrix_x4(uint32_t addr) {
 __host__ __device__ constexpr int x_chunk_offset(int r, int c) {
   return r * kTileK + ((c ^ ((r >> 1) & 3)) << 4);
 }
-__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
-  return v;
-}
+using ptx::lds32;
 
 // D (16x8 int32) += A (16x32, row) * B (32x8, col), int8. qoq-c feeds its raw codes 0..15, which are int8 too.
 __device__ __forceinline__ void mma_k32(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,

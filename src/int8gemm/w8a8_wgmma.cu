@@ -475,22 +475,30 @@ Status encode_tiled(EncodeTiled* out) {
 
 }  // namespace
 
-Status int8_tensor_map(CUtensorMap* map, const int8_t* base, int rows, int k, long long ld, int box_k, int box_rows,
-                       CUtensorMapSwizzle swizzle, const char* what) {
+Status tensor_map_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsigned long long dim0,
+                     unsigned long long dim1, unsigned long long stride_bytes, int box0, int box1,
+                     CUtensorMapSwizzle swizzle, const char* what) {
   EncodeTiled enc = nullptr;
   QDEC_RETURN_IF_ERROR(encode_tiled(&enc));
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows)};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(dim0), static_cast<cuuint64_t>(dim1)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride_bytes)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box0), static_cast<cuuint32_t>(box1)};
   const cuuint32_t estride[2] = {1, 1};
   const CUresult r =
-      enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<int8_t*>(base), dims, strides, box, estride,
-          CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, QDEC_W8A8_WGMMA_L2_PROMOTION, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      enc(map, type, 2, const_cast<void*>(base), dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+          QDEC_W8A8_WGMMA_L2_PROMOTION, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
-    return Status(StatusCode::kCudaError, std::string("cuTensorMapEncodeTiled(") + what + ", [" + std::to_string(rows) +
-                                              ", " + std::to_string(k) + "], ld " + std::to_string(ld) +
-                                              ") failed with CUresult " + std::to_string(int(r)));
+    return Status(StatusCode::kCudaError, std::string("cuTensorMapEncodeTiled(") + what + ", [" + std::to_string(dim1) +
+                                              ", " + std::to_string(dim0) + "], ld " + std::to_string(stride_bytes) +
+                                              " bytes) failed with CUresult " + std::to_string(int(r)));
   return Status::Ok();
+}
+
+Status int8_tensor_map(CUtensorMap* map, const int8_t* base, int rows, int k, long long ld, int box_k, int box_rows,
+                       CUtensorMapSwizzle swizzle, const char* what) {
+  return tensor_map_2d(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, base, static_cast<unsigned long long>(k),
+                       static_cast<unsigned long long>(rows), static_cast<unsigned long long>(ld), box_k, box_rows,
+                       swizzle, what);
 }
 
 Status wgmma_supported() {

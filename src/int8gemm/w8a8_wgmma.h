@@ -47,6 +47,12 @@ Status wgmma_launch(const WgmmaArgs& a, const WgmmaPlan& plan, const int8_t* xq,
 // An int8 [rows, k] matrix (leading dimension ld bytes; base and ld 16-byte aligned) as a TMA tensor map of boxes of
 // box_rows rows x box_k bytes in the given swizzle mode; rows past `rows` read as zeros. Also used by the W4A8 wgmma
 // kernel for X. `what` names the operand in the error.
+// A 2-D tensor map of `type` elements: dim0 elements per row (contiguous), dim1 rows stride_bytes apart (base and
+// stride 16-byte aligned), boxes of box0 x box1 elements; elements past either dimension read as zero. `what` names
+// the operand in the error. int8_tensor_map below is its int8 form.
+Status tensor_map_2d(CUtensorMap* map, CUtensorMapDataType type, const void* base, unsigned long long dim0,
+                     unsigned long long dim1, unsigned long long stride_bytes, int box0, int box1,
+                     CUtensorMapSwizzle swizzle, const char* what);
 Status int8_tensor_map(CUtensorMap* map, const int8_t* base, int rows, int k, long long ld, int box_k, int box_rows,
                        CUtensorMapSwizzle swizzle, const char* what);
 

@@ -2,9 +2,23 @@
 // each instruction sequence. Family-specific helpers (fragment loads, conversions) stay with their kernels.
 #pragma once
 
+#include <vector_types.h>
+
 #include <cstdint>
 
 namespace qdec::ptx {
+
+// Shared-memory loads at a shared-window address (__cvta_generic_to_shared): 16 bytes and 4 bytes.
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
 
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   uint32_t d;
