@@ -490,7 +490,7 @@ Status tensor_map_2d(CUtensorMap* map, CUtensorMapDataType type, const void* bas
   if (r != CUDA_SUCCESS)
     return Status(StatusCode::kCudaError, std::string("cuTensorMapEncodeTiled(") + what + ", [" + std::to_string(dim1) +
                                               ", " + std::to_string(dim0) + "], ld " + std::to_string(stride_bytes) +
-                                              " bytes) failed with CUresult " + std::to_string(int(r)));
+                                              ") failed with CUresult " + std::to_string(int(r)));
   return Status::Ok();
 }
 
