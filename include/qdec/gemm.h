@@ -67,7 +67,7 @@ constexpr bool wgmma_auto_wins(int m, long long n, long long k) {
 struct WeightView {
   WeightLayout layout;
   const void* codes = nullptr;  // layout.code_bytes(), 16-byte aligned
-  const void* meta = nullptr;   // layout.meta_bytes(), 4-byte aligned
+  const void* meta = nullptr;   // layout.meta_bytes(), 4-byte aligned (16 for the wgmma path)
 };
 
 struct GemmParams {
@@ -94,7 +94,7 @@ struct GemmParams {
   // Fused path: launch as a programmatic dependent (CUDA PDL), so that the kernel's CTAs start, and request W
   // and its scales, while the previous kernel of the stream is still finishing; X, Y, bias and the workspace are
   // read or written only after that kernel has completed. So W must not be written by the kernel launched just
-  // before. The dequantize + cuBLASLt path ignores it.
+  // before. The dequantize + cuBLASLt and wgmma paths ignore it.
   bool pdl = false;
   // Wgmma path: tokens per CTA, 0 = automatic, else 64, 128 or 256 (num_splits forces its split-K count too).
   int tile_m = 0;
