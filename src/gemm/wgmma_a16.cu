@@ -326,8 +326,7 @@ __global__ void __launch_bounds__(kA16Threads, A16Config<T>::kMinBlocks)
 
   // Thread 0 requests stage j into slot j % kStages: three boxes by the TMA, X (T tokens x 64 values), the codes (8 row
   // blocks x one 512-byte tile; blocks past N read as zero) and the meta of the stage's group (group 32: its two
-  // groups; a group past the last reads as zero). No producer warp: a ninth warp made ptxas serialize the 256-token
-  // tile's wgmma (C7512, insufficient registers at 288 threads).
+  // groups; a group past the last reads as zero).
   const int stage_bytes = C::kXBytes + C::kWBytes + (group32 ? 2 : 1) * kCtaN * 4;
   auto issue_stage = [&](int j) {
     const int s = j % C::kStages;
@@ -365,9 +364,8 @@ __global__ void __launch_bounds__(kA16Threads, A16Config<T>::kMinBlocks)
   // group 32: the second group's for k-steps 2 and 3). Blocks past N skip the loads: zero constants make zero weights.
   // Per k-step: dequantize it into A register set ks % kSets, issue its wgmma, and wait until at most kSets - 1 are
   // in flight, so that the set the next k-step overwrites is free and the tensor pipe holds up to kSets - 1 of this
-  // warpgroup's k-steps while it dequantizes (one per stage and two sets, the first version, left the tensor pipe idle
-  // half the time: docs/gemm.md). Stage i - 1's last k-step has completed after k-step kSets - 2 of stage i: release
-  // it.
+  // warpgroup's k-steps while it dequantizes. Stage i - 1's last k-step has completed after k-step kSets - 2 of stage
+  // i: release it.
   constexpr int kSets = QDEC_A16_SETS;
   static_assert(kSets == 2 || kSets == 4, "the k-steps of a stage use the sets in turn");
   using Consts = std::conditional_t<BF16, RowConstsF, RowConsts>;
@@ -437,7 +435,7 @@ __global__ void __launch_bounds__(kA16Threads, A16Config<T>::kMinBlocks)
   consumer_sync();
   const int rows = min(T, p.m - tok0);
   if (p.splits == 1) {
-    for (int i = tid; i < rows * (kCtaN / 4); i += kConsumerWarps * 32) {
+    for (int i = tid; i < rows * (kCtaN / 4); i += kA16Threads) {
       const int r = i / (kCtaN / 4), c4 = (i % (kCtaN / 4)) * 4;
       if (n0 + c4 >= p.n) continue;
       store_y4(p, tok0 + r, n0 + c4, *reinterpret_cast<const float4*>(stg + r * C::kPitch + c4));
@@ -447,14 +445,14 @@ __global__ void __launch_bounds__(kA16Threads, A16Config<T>::kMinBlocks)
   // Split-K: add this split's tile into the accumulator, take the tile's ticket; the last split writes Y.
   const int tile = blockIdx.x;
   float* acc = p.partial + size_t(tile) * T * kCtaN;
-  for (int i = tid; i < rows * (kCtaN / 4); i += kConsumerWarps * 32) {
+  for (int i = tid; i < rows * (kCtaN / 4); i += kA16Threads) {
     const int r = i / (kCtaN / 4), c4 = (i % (kCtaN / 4)) * 4;
     red_add4(acc + r * kCtaN + c4, *reinterpret_cast<const float4*>(stg + r * C::kPitch + c4));
   }
   int* flag = reinterpret_cast<int*>(smem + C::kFlagOff);
   if (!ptx::split_arrive(p.tickets + tile, p.splits, tid == 0, flag, [] { consumer_sync(); })) return;
   if (tid == 0) p.tickets[tile] = 0u;
-  for (int i = tid; i < rows * (kCtaN / 4); i += kConsumerWarps * 32) {
+  for (int i = tid; i < rows * (kCtaN / 4); i += kA16Threads) {
     const int r = i / (kCtaN / 4), c4 = (i % (kCtaN / 4)) * 4;
     float4* src = reinterpret_cast<float4*>(acc + r * kCtaN + c4);
     const float4 v = __ldcg(src);
