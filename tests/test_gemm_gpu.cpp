@@ -938,6 +938,23 @@ TEST(GemmErrors, WgmmaPathConditions) {
   EXPECT_TRUE(wgmma_auto_wins(1024, 8192, 3584));
   EXPECT_FALSE(wgmma_auto_wins(1024, 6144, 4096));
   EXPECT_FALSE(wgmma_auto_wins(32, 8192, 8192));
+  // A forced split count whose per-tile accumulators would not fit the workspace's state zone is refused (M 1024 x
+  // N 8192 in 256-token tiles: 256 tiles of 128 KiB).
+  {
+    GemmParams q = p;
+    q.path = GemmPath::kWgmma;
+    q.m = 1024;
+    q.tile_m = 256;
+    q.num_splits = 2;
+    s = gemm(q, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find("num_splits 2 needs"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("state zone"), std::string::npos) << s.message();
+    q.num_splits = 0;  // automatic: no split, so the call plans
+    size_t bytes = 0;
+    QDEC_ASSERT_OK(gemm_workspace_bytes(q, &bytes));
+    EXPECT_EQ(bytes, 0u);
+  }
   // tile_m belongs to the wgmma path.
   GemmParams q = p;
   q.path = GemmPath::kDequantCublas;
