@@ -1,8 +1,6 @@
 // Host side of qdec::gemm: validation (everything checked before anything is launched), path choice, split-K
 // planning for the fused kernel, kernel lookup in the closed dispatch list, and the launches. docs/gemm.md.
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -81,21 +79,6 @@ const FusedKernelInfo* find_kernel(int bits, bool bf16, int mt, int ring_blocks)
     }
   }
   return nullptr;
-}
-
-// Raise the kernel's dynamic shared-memory limit once per (device, kernel).
-Status prepare_kernel(const void* func, int smem) {
-  static std::mutex mu;
-  static std::map<std::pair<int, const void*>, int> raised;
-  int dev = 0;
-  QDEC_CUDA_RETURN(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  int& cur = raised[{dev, func}];
-  if (smem > cur) {
-    QDEC_CUDA_RETURN(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    cur = smem;
-  }
-  return Status::Ok();
 }
 
 // The fused kernel's launch shape: K parts per CTA (1, 2, 4, 8), K slices (split-K) and at M <= 16 how X is
@@ -479,7 +462,7 @@ Status gemm(const GemmParams& p, cudaStream_t stream) {
     fp.x_vec = plan.x_vec ? 1 : 0;
     fp.x_ring = plan.x_ring ? 1 : 0;
     fp.pdl = p.pdl ? 1 : 0;
-    QDEC_RETURN_IF_ERROR(prepare_kernel(plan.kernel->func, plan.smem));
+    QDEC_RETURN_IF_ERROR(raise_dynamic_smem(plan.kernel->func, plan.smem));
     void* args[] = {&fp};
     const LaunchConfig cfg(dim3(plan.n_blocks, plan.num_splits), dim3(wq::kThreads), plan.smem, stream, p.pdl);
     QDEC_CUDA_RETURN(cudaLaunchKernelExC(cfg.get(), plan.kernel->func, args));

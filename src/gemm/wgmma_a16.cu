@@ -31,11 +31,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <string>
 #include <type_traits>
-#include <utility>
 
 #include "gemm/wgmma_a16.h"
 #include "int8gemm/w8a8_wgmma.h"
@@ -498,20 +495,6 @@ size_t round256(size_t b) {
   return (b + 255) / 256 * 256;
 }
 
-Status prepare(const KernelEntry& e) {
-  static std::mutex mu;
-  static std::map<std::pair<int, Kernel>, bool> done;
-  int dev = 0;
-  QDEC_CUDA_RETURN(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  bool& d = done[{dev, e.func}];
-  if (!d) {
-    QDEC_CUDA_RETURN(cudaFuncSetAttribute(e.func, cudaFuncAttributeMaxDynamicSharedMemorySize, e.smem));
-    d = true;
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status a16_supported() {
@@ -569,7 +552,7 @@ Status a16_launch(const A16Args& a, const WeightLayout& L, const A16Plan& pl, cu
   const KernelEntry* e = find(pl.tile_m, a.bf16);
   if (!e)
     return Status(StatusCode::kUnsupported, "wgmma path: tile_m " + std::to_string(pl.tile_m) + " is not compiled");
-  QDEC_RETURN_IF_ERROR(prepare(*e));
+  QDEC_RETURN_IF_ERROR(raise_dynamic_smem(reinterpret_cast<const void*>(e->func), e->smem));
   CUtensorMap xmap;
   // X as bytes: K * 2 bytes per row, boxes of 128 bytes x tile_m rows in the 128-byte swizzle (wgmma's K-major
   // 128-byte-swizzle B layout); rows past M and bytes past K * 2 read as zero.

@@ -3,8 +3,10 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "qdec/status.h"
 
@@ -32,6 +34,22 @@ struct DeviceInfo {
   double dram_gbps = 0.0;
   std::string name;
 };
+
+// Raise a kernel's dynamic shared-memory limit to `smem` bytes on the current device, once per (device, kernel) and
+// only upward (the weight-only GEMM's fused and wgmma kernels).
+inline Status raise_dynamic_smem(const void* func, int smem) {
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, int> raised;
+  int dev = 0;
+  QDEC_CUDA_RETURN(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  int& cur = raised[{dev, func}];
+  if (smem > cur) {
+    QDEC_CUDA_RETURN(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    cur = smem;
+  }
+  return Status::Ok();
+}
 
 // A kernel launch configuration, optionally as a programmatic dependent of the previous work in the stream
 // (programmatic dependent launch: the kernel may start before its predecessor ends and must order itself with
