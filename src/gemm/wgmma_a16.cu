@@ -526,8 +526,6 @@ Status a16_plan(int m, const WeightLayout& L, int tile_m, int num_splits, int sm
       return Status(StatusCode::kInvalidArgument, "num_splits " + std::to_string(num_splits) + " exceeds the " +
                                                       std::to_string(pl->k_tiles) + " K tiles of 64 (K " +
                                                       std::to_string(L.k) + ")");
-    if (num_splits > 65535)
-      return Status(StatusCode::kInvalidArgument, "num_splits " + std::to_string(num_splits) + " exceeds 65535");
     if (num_splits > 1 && state > kWorkspaceStateBytes)
       return Status(StatusCode::kInvalidArgument,
                     "num_splits " + std::to_string(num_splits) + " needs " + std::to_string(state) +
