@@ -276,12 +276,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
     if (o.check) {
       for (const WeightFormat& f : formats)
         for (int m : {1, 5, 16, 33, 64, 100})
-          check_small(
-              f, dt, m,
-              (m > kFusedMaxM && path == GemmPath::kFused) || (path == GemmPath::kWgmma && weight_bits(f.kind) != 4)
-                  ? GemmPath::kAuto
-                  : path,
-              stream);
+          check_small(f, dt, m, m > kFusedMaxM && path == GemmPath::kFused ? GemmPath::kAuto : path, stream);
       out << "check: every format at M in {1, 5, 16, 33, 64, 100} within 5e-3 of the float64 reference\n";
     }
 
@@ -377,13 +372,13 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
           std::vector<std::string> tl_lines;  // --timeline
           for (Packed& pk : packed) {
             // With --path auto every path that runs at this M is timed (the switch points are chosen from these
-            // rows): the fused kernel up to kFusedMaxM, the wgmma path (int4 weights) above kAutoFusedMaxM, the
+            // rows): the fused kernel up to kFusedMaxM, the wgmma path above kAutoFusedMaxM, the
             // dequantize path everywhere; the one kAuto takes is marked with '*'.
             std::vector<GemmPath> variant_paths;
             if (path == GemmPath::kAuto) {
               if (m <= kFusedMaxM) variant_paths.push_back(GemmPath::kFused);
               variant_paths.push_back(GemmPath::kDequantCublas);
-              if (m > kAutoFusedMaxM && weight_bits(pk.L.format.kind) == 4) variant_paths.push_back(GemmPath::kWgmma);
+              if (m > kAutoFusedMaxM) variant_paths.push_back(GemmPath::kWgmma);
             } else {
               variant_paths.push_back(path == GemmPath::kFused && m > kFusedMaxM ? GemmPath::kAuto : path);
             }

@@ -357,12 +357,14 @@ std::vector<Case> gemm_cases() {
     v.push_back({"int8", d, 16, 300, 4096, GemmPath::kFused, 20, Activation::kReLU, true, GemmDType::kFP32});
     v.push_back({"int4zp-g32", d, 5, 129, 4096, GemmPath::kFused, 32, Activation::kNone, false, d});
   }
-  // The wgmma path (sm_90a): every int4 format (offset and zero point; groups of 32, whose stages hold two groups, 64,
-  // 128 and per channel) x dtype; every token tile with token rows past M (M = 33, 100) and whole ones (64, 128); K
-  // = 1000 (the last 64-value tile partly past K, the last g32 / g64 / g128 group short) and K = 4160 (a g128 group
-  // cut by the K tail); N = 257 and 200 (a CTA's last 16-row blocks past N: warps with no weights); one split and
-  // forced split counts (uneven: 3 over 16 tiles, 7 over 65), the automatic plan; bias, clamps and every Y dtype.
-  for (const char* fmt : {"int4-g32", "int4-g64", "int4-g128", "int4", "int4zp-g32", "int4zp-g128", "int4zp"}) {
+  // The wgmma path (sm_90a): every int4 format (offset and zero point) and every int8 format (groups of 32, whose
+  // stages hold two groups, 64, 128 and per channel) x dtype; every token tile with token rows past M (M = 33, 100)
+  // and whole ones (64, 128); K = 1000 (the last 64-value tile partly past K, the last g32 / g64 / g128 group short)
+  // and K = 4160 (a g128 group cut by the K tail); N = 257 and 200 (a CTA's last 16-row blocks past N: warps with no
+  // weights); one split and forced split counts (uneven: 3 over 16 tiles, 7 over 65), the automatic plan; bias, clamps
+  // and every Y dtype.
+  for (const char* fmt : {"int4-g32", "int4-g64", "int4-g128", "int4", "int4zp-g32", "int4zp-g128", "int4zp",
+                          "int8-g32", "int8-g64", "int8-g128", "int8"}) {
     for (GemmDType d : {bf, hf}) {
       for (int m : {33, 64, 100, 128}) {
         for (int t : {64, 128, 256}) {
@@ -375,9 +377,20 @@ std::vector<Case> gemm_cases() {
       v.push_back({fmt, d, 300, 384, 4160, GemmPath::kWgmma, 0, Activation::kNone, true, d == bf ? hf : bf});
     }
   }
+  // int8 weights whose packed K ends in half a 64-value stage (K = 96 and 4000: the last stage's second 32-value tile
+  // is past the codes and reads as zero; g32: its group too), and K = 32 (one group of 32, one tile).
+  for (const char* fmt : {"int8-g32", "int8-g128", "int8"}) {
+    for (GemmDType d : {bf, hf}) {
+      v.push_back({fmt, d, 70, 136, 96, GemmPath::kWgmma, 0, Activation::kNone, false, d});
+      v.push_back({fmt, d, 40, 300, 4000, GemmPath::kWgmma, 5, Activation::kReLU, true, GemmDType::kFP32});
+      v.push_back({fmt, d, 129, 64, 32, GemmPath::kWgmma, 0, Activation::kNone, false, d});
+    }
+  }
   // Larger M and N through the automatic token tile and split count (tiles that fill the SMs, no split; and few
   // tiles, split).
   for (GemmDType d : {bf, hf}) {
+    v.push_back({"int8-g64", d, 1000, 1000, 2048, GemmPath::kWgmma, 0, Activation::kNone, false, d});
+    v.push_back({"int8", d, 40, 130, 14336, GemmPath::kWgmma, 0, Activation::kReLU6, true, GemmDType::kFP32});
     v.push_back({"int4-g128", d, 1000, 1000, 2048, GemmPath::kWgmma, 0, Activation::kNone, false, d});
     v.push_back({"int4zp-g64", d, 2048, 1536, 1024, GemmPath::kWgmma, 0, Activation::kReLU, true, d});
     v.push_back({"int4-g32", d, 40, 130, 14336, GemmPath::kWgmma, 0, Activation::kNone, false, GemmDType::kFP32});
@@ -471,7 +484,9 @@ INSTANTIATE_TEST_SUITE_P(All, GemmBf16Range,
                                            RangeCase{"int4-g128", 5, 1}, RangeCase{"int4-g128", 16, 4},
                                            RangeCase{"int8-g32", 10, 2},
                                            RangeCase{"int4-g128", 70, 1, GemmPath::kWgmma},
-                                           RangeCase{"int4zp-g32", 130, 3, GemmPath::kWgmma}),
+                                           RangeCase{"int4zp-g32", 130, 3, GemmPath::kWgmma},
+                                           RangeCase{"int8", 70, 1, GemmPath::kWgmma},
+                                           RangeCase{"int8-g32", 130, 3, GemmPath::kWgmma}),
                          [](const ::testing::TestParamInfo<RangeCase>& i) {
                            std::string s = std::string(i.param.format) + "_m" + std::to_string(i.param.m) + "_s" +
                                            std::to_string(i.param.splits) +
@@ -896,11 +911,6 @@ TEST(GemmErrors, WgmmaPathConditions) {
     const char* message;
   };
   const Bad bad[] = {
-      {"int8 weights",
-       [](GemmParams* q) {
-         q->w.layout.format = WeightFormat{WeightKind::kINT8, 0};
-       },
-       StatusCode::kUnsupported, "int8 is not supported"},
       {"ldx", [](GemmParams* q) { q->ldx = 4100; }, StatusCode::kInvalidArgument, "ldx 4100"},
       {"x alignment", [](GemmParams* q) { q->x = reinterpret_cast<const void*>(uintptr_t(4104)); },
        StatusCode::kInvalidArgument, "x is not 16-byte aligned"},
@@ -924,6 +934,14 @@ TEST(GemmErrors, WgmmaPathConditions) {
       EXPECT_EQ(path, GemmPath::kDequantCublas) << b.what;
     }
   }
+  // int8 weights take the path by the same rule (measured).
+  {
+    GemmParams q = p;
+    q.path = GemmPath::kAuto;
+    q.w.layout = WeightLayout{WeightFormat{WeightKind::kINT8, 32}, 8192, 4096};
+    QDEC_ASSERT_OK(gemm_plan(q, &path, nullptr));
+    EXPECT_EQ(path, GemmPath::kWgmma);
+  }
   // Small weights stay on the dequantize path (measured), whatever the device.
   GemmParams small = p;
   small.path = GemmPath::kAuto;
@@ -932,7 +950,9 @@ TEST(GemmErrors, WgmmaPathConditions) {
   QDEC_ASSERT_OK(gemm_plan(small, &path, nullptr));
   EXPECT_EQ(path, GemmPath::kDequantCublas);
   EXPECT_FALSE(wgmma_auto_wins(256, 1280, 8192));
-  EXPECT_FALSE(wgmma_auto_wins(64, 1280, 8192));
+  EXPECT_TRUE(wgmma_auto_wins(64, 1280, 8192));
+  EXPECT_FALSE(wgmma_auto_wins(65, 1280, 8192));
+  EXPECT_FALSE(wgmma_auto_wins(64, 1024, 4096));
   EXPECT_TRUE(wgmma_auto_wins(128, 4096, 4096));
   EXPECT_FALSE(wgmma_auto_wins(256, 4096, 4096));
   EXPECT_TRUE(wgmma_auto_wins(1024, 8192, 3584));

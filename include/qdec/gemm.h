@@ -8,9 +8,10 @@
 //   fp32 accumulation. Paths (docs/gemm.md):
 //     kFused          tensor-core kernel with in-register dequantization, M <= 64 (split-K over the SMs)
 //     kDequantCublas  dequantize W to a bf16/fp16 scratch in the workspace, then cuBLASLt (large M)
-//     kWgmma          sm_90a, int4 formats: the weights dequantized in registers as wgmma's A operand, X by the TMA
+//     kWgmma          sm_90a, every weight format: the weights dequantized in registers as wgmma's A operand, X by
+//                     the TMA
 //     kAuto           kFused for M <= kAutoFusedMaxM (32); above it kWgmma where it runs (sm_90a device and code,
-//                     int4 / int4zp weights, X and meta 16-byte aligned, ldx % 8 == 0) and was measured faster
+//                     X and meta 16-byte aligned, ldx % 8 == 0) and was measured faster
 //                     (wgmma_auto_wins below), else kDequantCublas
 //
 // Conv2d: input NCHW fp32/fp16, weights [Co, Kh, Kw, Ci] packed with groups along Ci (quantize_conv_weights),
@@ -51,16 +52,21 @@ constexpr int kFusedMaxM = 64;
 // Largest M for which kAuto picks the fused kernel (measured on the H200, docs/gemm.md: above it the dequantize +
 // cuBLASLt path is faster); kFusedMaxM stays the fused path's limit when it is asked for explicitly.
 constexpr int kAutoFusedMaxM = 32;
-// Where kAuto picks the wgmma path over the dequantize + cuBLASLt path (both measured on the H200 over the 7 benchmark
-// shapes, docs/gemm.md "The wgmma path"): M <= kAutoWgmmaSmallMaxM with at least kAutoWgmmaMinWeightsSmallM weights
-// (N x K), or M <= kAutoWgmmaMaxM with at least kAutoWgmmaMinWeights.
+// Where kAuto picks the wgmma path over the dequantize + cuBLASLt path, for int4 and int8 weights alike (both measured
+// on the H200 over the 7 benchmark shapes, docs/gemm.md "The wgmma path"): M <= kAutoWgmmaTinyMaxM with at least
+// kAutoWgmmaMinWeightsTinyM weights (N x K), M <= kAutoWgmmaSmallMaxM with at least kAutoWgmmaMinWeightsSmallM, or
+// M <= kAutoWgmmaMaxM with at least kAutoWgmmaMinWeights.
+constexpr int kAutoWgmmaTinyMaxM = 64;
+constexpr long long kAutoWgmmaMinWeightsTinyM = 8LL << 20;
 constexpr int kAutoWgmmaSmallMaxM = 128;
 constexpr long long kAutoWgmmaMinWeightsSmallM = 12LL << 20;
 constexpr int kAutoWgmmaMaxM = 1024;
 constexpr long long kAutoWgmmaMinWeights = 28LL << 20;
 constexpr bool wgmma_auto_wins(int m, long long n, long long k) {
-  return m > kAutoFusedMaxM && ((m <= kAutoWgmmaSmallMaxM && n * k >= kAutoWgmmaMinWeightsSmallM) ||
-                                (m <= kAutoWgmmaMaxM && n * k >= kAutoWgmmaMinWeights));
+  const long long w = n * k;
+  return m > kAutoFusedMaxM && ((m <= kAutoWgmmaTinyMaxM && w >= kAutoWgmmaMinWeightsTinyM) ||
+                                (m <= kAutoWgmmaSmallMaxM && w >= kAutoWgmmaMinWeightsSmallM) ||
+                                (m <= kAutoWgmmaMaxM && w >= kAutoWgmmaMinWeights));
 }
 
 // A packed weight on the device.

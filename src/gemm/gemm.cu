@@ -318,9 +318,6 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
     return invalid("path " + std::to_string(int(p.path)) + " is not a GemmPath");
   // The wgmma path's conditions, each with the reason it fails (empty: it runs).
   auto wgmma_blocker = [&]() -> Status {
-    if (weight_bits(L.format.kind) != 4)
-      return Status(StatusCode::kUnsupported,
-                    "path wgmma: " + L.format.name() + " is not supported (int4 and int4zp formats are)");
     QDEC_RETURN_IF_ERROR(wq::a16_supported());
     if (reinterpret_cast<uintptr_t>(p.x) % 16 != 0) return invalid("path wgmma: x is not 16-byte aligned");
     if (plan->ldx % 8 != 0)

@@ -3,16 +3,16 @@
 //   Y^T[N, M] = dequant(W)[N, K] . X[M, K]^T with wgmma.m64nTk16.f32.{bf16,f16} (T = the token tile: 64, 128 or 256)
 //
 // Design
-// - The packed int4 layout (docs/formats.md, "Packed layout") is already wgmma's register A operand: a 16-row x 64-K
-//   tile holds, in lane L's 16 bytes, the mma.m16n8k16 A fragments of its four k-steps, and wgmma's per-warp A
-//   fragment (warp w of a warpgroup owns rows 16w..16w+15) is mma.m16n8k16's. So the kernel reads the layout the fused
-//   GEMV reads; no other prepack.
+// - The packed layout (docs/formats.md, "Packed layout") is already wgmma's register A operand: a 16-row x 64-K int4
+//   tile (16 x 32 int8 tile) holds, in lane L's 16 bytes, the mma.m16n8k16 A fragments of its four (two) k-steps, and
+//   wgmma's per-warp A fragment (warp w of a warpgroup owns rows 16w..16w+15) is mma.m16n8k16's. So the kernel reads
+//   the layout the fused GEMV reads; no other prepack. A 64-K stage holds one int4 tile or two int8 tiles per 16 rows.
 // - CTA = 2 warpgroups, 128 channels (warp w owns 16-row block w) x T tokens; grid = column blocks x token tiles x K
 //   splits. Per 64-K stage three TMA boxes complete on the stage's full mbarrier: X (T tokens x 64 values, 128-byte
-//   swizzle: wgmma's K-major B layout; rows past M and columns past K read as zero), the codes (8 row blocks x one
-//   512-byte tile; blocks past N read as zero) and the meta of the stage's group (group 32: two groups; a group past
-//   the last reads as zero). A ring of kStages stages; each warp releases a stage on its empty mbarrier once its
-//   wgmma reading it completed, and thread 0 refills the slot. (A producer warp, the first version, made ptxas
+//   swizzle: wgmma's K-major B layout; rows past M and columns past K read as zero), the codes (8 row blocks x the
+//   stage's 512 or 1024 bytes; blocks past N read as zero) and the meta of the stage's group (group 32: two groups; a
+//   group past the last reads as zero). A ring of kStages stages; each warp releases a stage on its empty mbarrier once
+//   its wgmma reading it completed, and thread 0 refills the slot. (A producer warp, the first version, made ptxas
 //   serialize the 256-token tile's wgmma for want of registers at 288 threads, C7512. Bulk copies of 512 bytes per
 //   weight tile and per group's meta, instead of the two boxes, were slower: 4096 x 4096 at M 4096 414 against 307 µs,
 //   28672 x 4096 at M 64 64.2 against 57.2, though the box build already paid for the fp32 dequantization below.)
@@ -21,6 +21,8 @@
 //   packed instructions per pair. bf16 X: to fp32 by a 16-bit shift, fma(v, s, o - 128 s) in fp32 (int4zp: -(128 + z)
 //   s), one packed rounding to bf16: the dequantize kernel's value (rounding scale and offset to bf16 instead cost the
 //   int4 offset format 5.1-5.7e-3 of relative error, over the issue's 5e-3; row_consts_f32).
+//   int8 (q + 128 per byte): a byte permute into the magic number, then q exactly and one multiplication by the scale
+//   (dequant_kstep_i8).
 // - Per k-step (16 K) a warpgroup dequantizes it into A register set ks % kSets, issues its wgmma and waits until at
 //   most kSets - 1 are in flight. (Per stage, four k-steps at once in two sets of 16 registers, the first form, ran
 //   the same at 128 tokens, the tensor pipe ~46% busy either way under ncu; the per-k-step sets need 16 registers in
@@ -67,15 +69,21 @@ namespace {
 
 constexpr int kConsumerWarps = 8;
 constexpr int kA16Threads = kConsumerWarps * 32;  // two warpgroups
-constexpr int kStageK = 64;                       // K values per stage: one int4 tile per 16-row block
+constexpr int kStageK = 64;                       // K values per stage: one int4 tile or two int8 tiles per 16 rows
 constexpr int kCtaN = 128;                        // output channels per CTA
-constexpr int kTileBytes = 512;                   // one 16 x 64 int4 tile
+constexpr int kTileBytes = 512;                   // one 16 x 64 int4 tile or 16 x 32 int8 tile
 
-template <int T>
+// Codes bytes of one 16-row block per stage: 512 (int4, one tile) or 1024 (int8, two tiles).
+constexpr int w_row_bytes(int bits) {
+  return 16 * kStageK * bits / 8;
+}
+
+template <int T, int kBits>
 struct A16Config {
   static constexpr int kXBytes = T * kStageK * 2;              // T rows of 128 bytes (128-byte swizzle)
-  static constexpr int kWBytes = kConsumerWarps * kTileBytes;  // 4 KiB
-  static constexpr int kMetaBytes = 2 * kCtaN * 4;             // two groups (group 32) x 128 x (scale, offset)
+  static constexpr int kWRowBytes = w_row_bytes(kBits);        // one 16-row block's codes
+  static constexpr int kWBytes = kConsumerWarps * kWRowBytes;  // 4 KiB (int4) or 8 KiB (int8)
+  static constexpr int kMetaBytes = 2 * kCtaN * 4;             // two groups (group 32) x 128 x 4 bytes
   static constexpr int kStages = T == 256 ? 5 : (T == 128 && QDEC_A16_T128_TWO) ? 4 : 6;
   static constexpr int kWOff = kStages * kXBytes;
   static constexpr int kMOff = kWOff + kStages * kWBytes;
@@ -154,6 +162,11 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
 }
 using ptx::lds128;
 using ptx::lds32;
+__device__ __forceinline__ uint32_t lds16(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
 
 template <bool BF16>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -233,6 +246,44 @@ __device__ __forceinline__ void dequant_kstep(uint32_t w, const R& r0, const R& 
   }
 }
 
+// int8 weights (symmetric, fp16 scale; a code byte is q + 128). The constants of one row of one group:
+// - fp16 X: (magic | byte) is 1024 + 128 + q in fp16, exactly; minus 1152 is q, exactly; times the fp16 scale: the
+//   weight with one rounding, in two packed instructions per pair (fma_sub2_fp16 with o = 0).
+// - bf16 X: (fp32 magic | byte) is 2^23 + 128 + q, exactly; minus 2^23 + 128 is q, times the scale in fp32 is q s
+//   exactly (8 x 11 bits), and one packed rounding to bf16: the dequantize kernel's value. (q in bf16 from the byte
+//   pair in packed form, 128 + (byte & 127) plus -256 or -128 by the byte's bit 7, then fma(q, s_hi, q * s_lo) with
+//   the scale split into two bf16 values: six packed instructions per pair against seven, and the same time on the
+//   H200, docs/gemm.md; not kept.)
+__device__ __forceinline__ RowConsts row_consts_fp16_i8(uint32_t scale) {
+  return RowConsts{0x64806480u, ptx::prmt(scale, scale, 0x1010), 0u};
+}
+__device__ __forceinline__ RowConstsF row_consts_f32_i8(uint32_t scale) {
+  return RowConstsF{__half2float(__ushort_as_half(static_cast<unsigned short>(scale & 0xFFFFu))), 0.0f};
+}
+// One k-step's A fragment from its 8 code bytes (lo: bytes 0..3, hi: 4..7): register i is bytes 2i, 2i + 1 (its lo
+// and hi value; rows g, g + 8, g, g + 8 as for int4).
+template <class R>
+__device__ __forceinline__ void dequant_kstep_i8(uint32_t lo, uint32_t hi, const R& r0, const R& r1, uint32_t (&a)[4]) {
+  constexpr bool kBf16 = std::is_same_v<R, RowConstsF>;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = i < 2 ? lo : hi;
+    const uint32_t j = (i & 1) ? 2u : 0u;  // byte of the pair's lo value in w
+#if QDEC_A16_PROBE
+    a[i] = ptx::prmt(w, 0x64646464u, 0x4040u | j | ((j + 1) << 8));  // timing probe: no scale
+#else
+    if constexpr (kBf16) {
+      const R& r = (i & 1) ? r1 : r0;
+      const float v0 = __fsub_rn(__uint_as_float(ptx::prmt(w, 0x4B000000u, 0x7650u | j)), 8388736.0f);
+      const float v1 = __fsub_rn(__uint_as_float(ptx::prmt(w, 0x4B000000u, 0x7650u | (j + 1))), 8388736.0f);
+      a[i] = pack2<true>(__fmul_rn(v0, r.s), __fmul_rn(v1, r.s));
+    } else {
+      a[i] = fma_sub2_fp16(ptx::prmt(w, 0x64646464u, 0x4040u | j | ((j + 1) << 8)), (i & 1) ? r1 : r0);
+    }
+#endif
+  }
+}
+
 template <int T, bool BF16>
 __device__ __forceinline__ void wgmma_step(float (&d)[T / 2], const uint32_t (&a)[4], uint64_t db, int accumulate) {
   if constexpr (T == 64) {
@@ -304,12 +355,13 @@ __device__ __forceinline__ void red_add4(float* a, float4 v) {
 
 // grid: x = column block * m_blocks + token tile (the token tiles of a column run together and share its weights in
 // L2), z = K splits.
-template <int T, bool BF16>
-__global__ void __launch_bounds__(kA16Threads, A16Config<T>::kMinBlocks)
+template <int T, bool BF16, int kBits>
+__global__ void __launch_bounds__(kA16Threads, A16Config<T, kBits>::kMinBlocks)
     a16_wgmma_kernel(const __grid_constant__ A16Params p, const __grid_constant__ CUtensorMap xmap,
                      const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap mmap) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = A16Config<T>;
+  using C = A16Config<T, kBits>;
+  constexpr int kMetaEntry = kBits == 8 ? 2 : 4;  // bytes per (group, row): fp16 scale (+ fp16 offset or zero)
   extern __shared__ __align__(1024) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int mb = blockIdx.x % p.m_blocks, nb = blockIdx.x / p.m_blocks;
@@ -322,16 +374,16 @@ __global__ void __launch_bounds__(kA16Threads, A16Config<T>::kMinBlocks)
   const bool group32 = p.group_shift == 5;
 
   // Thread 0 requests stage j into slot j % kStages: three boxes by the TMA, X (T tokens x 64 values), the codes (8 row
-  // blocks x one 512-byte tile; blocks past N read as zero) and the meta of the stage's group (group 32: its two
-  // groups; a group past the last reads as zero).
-  const int stage_bytes = C::kXBytes + C::kWBytes + (group32 ? 2 : 1) * kCtaN * 4;
+  // blocks x the stage's 512-byte int4 tile or two int8 tiles; blocks past N, and an int8 tile past K, read as zero)
+  // and the meta of the stage's group (group 32: its two groups; a group past the last reads as zero).
+  const int stage_bytes = C::kXBytes + C::kWBytes + (group32 ? 2 : 1) * kCtaN * kMetaEntry;
   auto issue_stage = [&](int j) {
     const int s = j % C::kStages;
     const uint32_t bar = full + 8 * s;
     const int kt = kt0 + j;
     w8a8::mbar_expect_tx(bar, stage_bytes);
     w8a8::tma_load_2d(base + s * C::kXBytes, &xmap, kt * kStageK * 2, tok0, bar);
-    w8a8::tma_load_2d(base + C::kWOff + s * C::kWBytes, &wmap, kt * (kTileBytes / 8), n0 / 16, bar);
+    w8a8::tma_load_2d(base + C::kWOff + s * C::kWBytes, &wmap, kt * (C::kWRowBytes / 8), n0 / 16, bar);
     w8a8::tma_load_2d(base + C::kMOff + s * C::kMetaBytes, &mmap, n0, (kt * kStageK) >> p.group_shift, bar);
   };
   if (tid == 0) {
@@ -357,8 +409,9 @@ __global__ void __launch_bounds__(kA16Threads, A16Config<T>::kMinBlocks)
 #pragma unroll
   for (int i = 0; i < T / 2; ++i) asm volatile("" : "=f"(d[i]));
 
-  // Per stage: wait for it, load this lane's four code words and its rows' meta (rows g and g + 8 of the warp's block;
-  // group 32: the second group's for k-steps 2 and 3). Blocks past N skip the loads: zero constants make zero weights.
+  // Per stage: wait for it, load this lane's code words (int4: four, one per k-step; int8: eight, two per k-step, from
+  // the stage's two tiles) and its rows' meta (rows g and g + 8 of the warp's block; group 32: the second group's for
+  // k-steps 2 and 3). Blocks past N skip the loads: zero constants make zero weights.
   // Per k-step: dequantize it into A register set ks % kSets, issue its wgmma, and wait until at most kSets - 1 are
   // in flight, so that the set the next k-step overwrites is free and the tensor pipe holds up to kSets - 1 of this
   // warpgroup's k-steps while it dequantizes. Stage i - 1's last k-step has completed after k-step kSets - 2 of stage
@@ -375,34 +428,44 @@ __global__ void __launch_bounds__(kA16Threads, A16Config<T>::kMinBlocks)
       issue_stage(i - 2 + C::kStages);
     }
     w8a8::mbar_wait(full + 8 * s, (i / C::kStages) & 1);
-    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+    uint4 w = make_uint4(0u, 0u, 0u, 0u), w2 = make_uint4(0u, 0u, 0u, 0u);
     Consts r0{}, r1{}, q0{}, q1{};
     if (has_block) {
-      w = lds128(base + C::kWOff + s * C::kWBytes + warp * kTileBytes + lane * 16);
-      const uint32_t ma = base + C::kMOff + s * C::kMetaBytes + (warp * 16 + g) * 4;
+      const uint32_t wa = base + C::kWOff + s * C::kWBytes + warp * C::kWRowBytes + lane * 16;
+      w = lds128(wa);
+      if constexpr (kBits == 8) w2 = lds128(wa + kTileBytes);
+      const uint32_t ma = base + C::kMOff + s * C::kMetaBytes + (warp * 16 + g) * kMetaEntry;
       auto consts = [&](uint32_t addr) {
-        if constexpr (BF16) {
+        if constexpr (kBits == 8 && BF16) {
+          return row_consts_f32_i8(lds16(addr));
+        } else if constexpr (kBits == 8) {
+          return row_consts_fp16_i8(lds16(addr));
+        } else if constexpr (BF16) {
           return row_consts_f32(lds32(addr), zp);
         } else {
           return row_consts_fp16(lds32(addr), zp);
         }
       };
       r0 = consts(ma);
-      r1 = consts(ma + 32);
+      r1 = consts(ma + 8 * kMetaEntry);
       if (group32) {
-        q0 = consts(ma + kCtaN * 4);
-        q1 = consts(ma + kCtaN * 4 + 32);
+        q0 = consts(ma + kCtaN * kMetaEntry);
+        q1 = consts(ma + kCtaN * kMetaEntry + 8 * kMetaEntry);
       } else {
         q0 = r0;
         q1 = r1;
       }
     }
-    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    const uint32_t words[8] = {w.x, w.y, w.z, w.w, w2.x, w2.y, w2.z, w2.w};
     const uint64_t desc = w8a8::sw128_desc(base + s * C::kXBytes);
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       uint32_t(&ar)[4] = a[ks % kSets];
-      dequant_kstep(words[ks], ks < 2 ? r0 : q0, ks < 2 ? r1 : q1, ar);
+      if constexpr (kBits == 8) {
+        dequant_kstep_i8(words[2 * ks], words[2 * ks + 1], ks < 2 ? r0 : q0, ks < 2 ? r1 : q1, ar);
+      } else {
+        dequant_kstep(words[ks], ks < 2 ? r0 : q0, ks < 2 ? r1 : q1, ar);
+      }
       fence_acc(d);
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
       wgmma_step<T, BF16>(d, ar, desc + uint64_t(2 * ks), i > 0 || ks > 0);
@@ -468,27 +531,29 @@ using Kernel = void (*)(A16Params, CUtensorMap, CUtensorMap, CUtensorMap);
 struct KernelEntry {
   int tile_m;
   bool bf16;
+  int bits;
   Kernel func;
   int smem;
 };
-// The closed list of compiled configurations.
+#define QDEC_A16_ENTRY(T, BF, BITS) \
+  { T, BF, BITS, a16_wgmma_kernel<T, BF, BITS>, A16Config<T, BITS>::kSmemBytes }
+// The closed list of compiled configurations: token tile x X dtype x weight bits.
 const KernelEntry kKernels[] = {
-    {64, true, a16_wgmma_kernel<64, true>, A16Config<64>::kSmemBytes},
-    {128, true, a16_wgmma_kernel<128, true>, A16Config<128>::kSmemBytes},
-    {256, true, a16_wgmma_kernel<256, true>, A16Config<256>::kSmemBytes},
-    {64, false, a16_wgmma_kernel<64, false>, A16Config<64>::kSmemBytes},
-    {128, false, a16_wgmma_kernel<128, false>, A16Config<128>::kSmemBytes},
-    {256, false, a16_wgmma_kernel<256, false>, A16Config<256>::kSmemBytes},
+    QDEC_A16_ENTRY(64, true, 4),  QDEC_A16_ENTRY(128, true, 4),  QDEC_A16_ENTRY(256, true, 4),
+    QDEC_A16_ENTRY(64, false, 4), QDEC_A16_ENTRY(128, false, 4), QDEC_A16_ENTRY(256, false, 4),
+    QDEC_A16_ENTRY(64, true, 8),  QDEC_A16_ENTRY(128, true, 8),  QDEC_A16_ENTRY(256, true, 8),
+    QDEC_A16_ENTRY(64, false, 8), QDEC_A16_ENTRY(128, false, 8), QDEC_A16_ENTRY(256, false, 8),
 };
+#undef QDEC_A16_ENTRY
 
-const KernelEntry* find(int tile_m, bool bf16) {
+const KernelEntry* find(int tile_m, bool bf16, int bits) {
   for (const KernelEntry& e : kKernels)
-    if (e.tile_m == tile_m && e.bf16 == bf16) return &e;
+    if (e.tile_m == tile_m && e.bf16 == bf16 && e.bits == bits) return &e;
   return nullptr;
 }
 
 int min_blocks(int tile_m) {
-  return tile_m == 64 ? A16Config<64>::kMinBlocks : tile_m == 128 ? A16Config<128>::kMinBlocks : 1;
+  return tile_m == 64 ? A16Config<64, 4>::kMinBlocks : tile_m == 128 ? A16Config<128, 4>::kMinBlocks : 1;
 }
 
 size_t round256(size_t b) {
@@ -498,17 +563,14 @@ size_t round256(size_t b) {
 }  // namespace
 
 Status a16_supported() {
-  return sm90a_kernel_status<a16_wgmma_kernel<64, true>>("weight-only wgmma path");
+  return sm90a_kernel_status<a16_wgmma_kernel<64, true, 4>>("weight-only wgmma path");
 }
 
 Status a16_plan(int m, const WeightLayout& L, int tile_m, int num_splits, int sm_count, A16Plan* pl) {
-  if (weight_bits(L.format.kind) != 4)
-    return Status(StatusCode::kUnsupported,
-                  "wgmma path: " + L.format.name() + " is not supported (int4 and int4zp formats are)");
   if (tile_m != 0 && tile_m != 64 && tile_m != 128 && tile_m != 256)
     return Status(StatusCode::kInvalidArgument,
                   "tile_m " + std::to_string(tile_m) + " must be 0 (automatic), 64, 128 or 256");
-  pl->k_tiles = L.k_pad() / kStageK;
+  pl->k_tiles = (L.k_pad() + kStageK - 1) / kStageK;  // int8: the last 64-value tile may hold one 32-value tile
   pl->n_blocks = (L.n_pad() + kCtaN - 1) / kCtaN;
   // The token tile: the smallest that holds M, 256 from M = 129 up.
   const int tm = tile_m != 0 ? tile_m : m <= 64 ? 64 : m <= 128 ? 128 : 256;
@@ -541,33 +603,40 @@ Status a16_plan(int m, const WeightLayout& L, int tile_m, int num_splits, int sm
   pl->splits = (pl->k_tiles + pl->kt_per_split - 1) / pl->kt_per_split;  // no empty split
   pl->ticket_bytes = pl->splits > 1 ? round256(size_t(tiles) * 4) : 0;
   pl->partial_bytes = pl->splits > 1 ? round256(size_t(tiles) * tile_acc) : 0;
-  const KernelEntry* e = find(tm, true);
+  const KernelEntry* e = find(tm, true, weight_bits(L.format.kind));
   pl->smem = e ? e->smem : 0;
   return Status::Ok();
 }
 
 Status a16_launch(const A16Args& a, const WeightLayout& L, const A16Plan& pl, cudaStream_t stream) {
-  const KernelEntry* e = find(pl.tile_m, a.bf16);
+  const int bits = weight_bits(L.format.kind);
+  const KernelEntry* e = find(pl.tile_m, a.bf16, bits);
   if (!e)
-    return Status(StatusCode::kUnsupported, "wgmma path: tile_m " + std::to_string(pl.tile_m) + " is not compiled");
+    return Status(StatusCode::kUnsupported, "wgmma path: tile_m " + std::to_string(pl.tile_m) + " with " +
+                                                L.format.name() + " weights is not compiled");
   QDEC_RETURN_IF_ERROR(raise_dynamic_smem(reinterpret_cast<const void*>(e->func), e->smem));
   CUtensorMap xmap;
   // X as bytes: K * 2 bytes per row, boxes of 128 bytes x tile_m rows in the 128-byte swizzle (wgmma's K-major
   // 128-byte-swizzle B layout); rows past M and bytes past K * 2 read as zero.
   QDEC_RETURN_IF_ERROR(w8a8::int8_tensor_map(&xmap, static_cast<const int8_t*>(a.x), a.m, L.k * 2, a.ldx * 2,
                                              kStageK * 2, pl.tile_m, CU_TENSOR_MAP_SWIZZLE_128B, "x"));
-  // The codes as [n_pad / 16 row blocks][k_tiles x 512 bytes] of 8-byte elements, boxes of one tile of 8 row blocks;
-  // the meta as [num_groups][n_pad] 4-byte entries, boxes of 128 channels x the groups of a stage (2 for group 32).
+  // The codes as [n_pad / 16 row blocks][row block's bytes] of 8-byte elements, boxes of one stage's 512 (int4) or
+  // 1024 (int8) bytes of 8 row blocks; the meta as [num_groups][n_pad] 4-byte (int4) or 2-byte (int8) entries, boxes
+  // of 128 channels x the groups of a stage (2 for group 32).
   const bool group32 = L.format.group_size == 32;
+  const unsigned long long row_block_bytes =
+      static_cast<unsigned long long>(L.k_pad() / weight_chunk_k(L.format.kind)) * kTileBytes;
+  const int meta_entry = weight_meta_entry_bytes(L.format.kind);
   CUtensorMap wmap, mmap;
+  QDEC_RETURN_IF_ERROR(w8a8::tensor_map_2d(&wmap, CU_TENSOR_MAP_DATA_TYPE_UINT64, a.codes, row_block_bytes / 8,
+                                           static_cast<unsigned long long>(L.n_pad() / 16), row_block_bytes,
+                                           w_row_bytes(bits) / 8, kConsumerWarps, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                           "w.codes"));
   QDEC_RETURN_IF_ERROR(w8a8::tensor_map_2d(
-      &wmap, CU_TENSOR_MAP_DATA_TYPE_UINT64, a.codes, static_cast<unsigned long long>(pl.k_tiles) * (kTileBytes / 8),
-      static_cast<unsigned long long>(L.n_pad() / 16), static_cast<unsigned long long>(pl.k_tiles) * kTileBytes,
-      kTileBytes / 8, kConsumerWarps, CU_TENSOR_MAP_SWIZZLE_NONE, "w.codes"));
-  QDEC_RETURN_IF_ERROR(w8a8::tensor_map_2d(
-      &mmap, CU_TENSOR_MAP_DATA_TYPE_UINT32, a.meta, static_cast<unsigned long long>(L.n_pad()),
-      static_cast<unsigned long long>(L.num_groups()), static_cast<unsigned long long>(L.n_pad()) * 4, kCtaN,
-      group32 ? 2 : 1, CU_TENSOR_MAP_SWIZZLE_NONE, "w.meta"));
+      &mmap, meta_entry == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16, a.meta,
+      static_cast<unsigned long long>(L.n_pad()), static_cast<unsigned long long>(L.num_groups()),
+      static_cast<unsigned long long>(L.n_pad()) * meta_entry, kCtaN, group32 ? 2 : 1, CU_TENSOR_MAP_SWIZZLE_NONE,
+      "w.meta"));
   A16Params p{};
   p.codes = a.codes;
   p.meta = a.meta;

@@ -1,6 +1,6 @@
 // The weight-only GEMM's wgmma path (GemmPath::kWgmma, src/gemm/wgmma_a16.cu, docs/gemm.md "The wgmma path"): int4
-// weights in the packed layout of docs/formats.md, dequantized in registers into wgmma's register A operand, X by the
-// TMA into shared memory as its B operand, fp32 accumulation. sm_90a only.
+// and int8 weights in the packed layout of docs/formats.md, dequantized in registers into wgmma's register A operand,
+// X by the TMA into shared memory as its B operand, fp32 accumulation. sm_90a only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,7 +33,7 @@ Status a16_plan(int m, const WeightLayout& L, int tile_m, int num_splits, int sm
 Status a16_supported();
 
 struct A16Args {
-  const uint8_t* codes = nullptr;  // packed int4 codes, 16-byte aligned
+  const uint8_t* codes = nullptr;  // packed int4 / int8 codes, 16-byte aligned
   const uint8_t* meta = nullptr;   // packed meta, 16-byte aligned
   const void* x = nullptr;         // [m, ldx] bf16 / fp16, 16-byte aligned, ldx % 8 == 0
   long long ldx = 0;
