@@ -343,4 +343,28 @@ TEST(WeightFormats, ConvWeightReorder) {
         }
 }
 
+// kAuto's wgmma rule (qdec/gemm.h), a pure function of the shape and the SM count: its bounds as measured on the H200
+// (docs/gemm.md, "The wgmma path" and "int8 weights on the wgmma path").
+TEST(GemmAutoRule, WgmmaBounds) {
+  EXPECT_FALSE(wgmma_auto_wins(256, 1280, 8192));
+  EXPECT_TRUE(wgmma_auto_wins(64, 1280, 8192));
+  EXPECT_FALSE(wgmma_auto_wins(65, 1280, 8192));
+  EXPECT_FALSE(wgmma_auto_wins(64, 1024, 4096));
+  EXPECT_TRUE(wgmma_auto_wins(128, 4096, 4096));
+  EXPECT_FALSE(wgmma_auto_wins(256, 4096, 4096));
+  EXPECT_TRUE(wgmma_auto_wins(1024, 8192, 3584));
+  EXPECT_FALSE(wgmma_auto_wins(1024, 6144, 4096));
+  EXPECT_FALSE(wgmma_auto_wins(32, 8192, 8192));
+  // With the SM count: 256-token tiles filling one wave to >= 85% (132 SMs, measured on the H200), from 12 Mi weights
+  // and K >= 4096.
+  EXPECT_TRUE(wgmma_auto_wins(1024, 4096, 4096, 132));   // 128 tiles
+  EXPECT_TRUE(wgmma_auto_wins(640, 5120, 4096, 132));    // 120 tiles
+  EXPECT_FALSE(wgmma_auto_wins(512, 6144, 4096, 132));   // 96 tiles: 73%
+  EXPECT_FALSE(wgmma_auto_wins(1024, 5120, 4096, 132));  // 160 tiles: two waves
+  EXPECT_FALSE(wgmma_auto_wins(128, 4096, 2048, 132));   // 8 Mi
+  EXPECT_FALSE(wgmma_auto_wins(1024, 8192, 2048, 132));  // K 2048 (not measured)
+  EXPECT_FALSE(wgmma_auto_wins(1025, 4096, 4096, 132));
+  EXPECT_FALSE(wgmma_auto_wins(1024, 4096, 4096, 0));  // no SM count: the weight rule alone
+}
+
 }  // namespace

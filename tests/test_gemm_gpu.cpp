@@ -949,15 +949,7 @@ TEST(GemmErrors, WgmmaPathConditions) {
   small.m = 256;
   QDEC_ASSERT_OK(gemm_plan(small, &path, nullptr));
   EXPECT_EQ(path, GemmPath::kDequantCublas);
-  EXPECT_FALSE(wgmma_auto_wins(256, 1280, 8192));
-  EXPECT_TRUE(wgmma_auto_wins(64, 1280, 8192));
-  EXPECT_FALSE(wgmma_auto_wins(65, 1280, 8192));
-  EXPECT_FALSE(wgmma_auto_wins(64, 1024, 4096));
-  EXPECT_TRUE(wgmma_auto_wins(128, 4096, 4096));
-  EXPECT_FALSE(wgmma_auto_wins(256, 4096, 4096));
-  EXPECT_TRUE(wgmma_auto_wins(1024, 8192, 3584));
-  EXPECT_FALSE(wgmma_auto_wins(1024, 6144, 4096));
-  EXPECT_FALSE(wgmma_auto_wins(32, 8192, 8192));
+  // The rule's own bounds: GemmAutoRule.WgmmaBounds (CPU).
   // A forced split count whose per-tile accumulators would not fit the workspace's state zone is refused (M 1024 x
   // N 8192 in 256-token tiles: 256 tiles of 128 KiB).
   {

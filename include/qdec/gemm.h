@@ -53,20 +53,32 @@ constexpr int kFusedMaxM = 64;
 // cuBLASLt path is faster); kFusedMaxM stays the fused path's limit when it is asked for explicitly.
 constexpr int kAutoFusedMaxM = 32;
 // Where kAuto picks the wgmma path over the dequantize + cuBLASLt path, for int4 and int8 weights alike (both measured
-// on the H200 over the 7 benchmark shapes, docs/gemm.md "The wgmma path"): M <= kAutoWgmmaTinyMaxM with at least
-// kAutoWgmmaMinWeightsTinyM weights (N x K), M <= kAutoWgmmaSmallMaxM with at least kAutoWgmmaMinWeightsSmallM, or
-// M <= kAutoWgmmaMaxM with at least kAutoWgmmaMinWeights.
+// on the H200, docs/gemm.md "The wgmma path"): M <= kAutoWgmmaTinyMaxM with at least kAutoWgmmaMinWeightsTinyM weights
+// (N x K), M <= kAutoWgmmaSmallMaxM with at least kAutoWgmmaMinWeightsSmallM, or M <= kAutoWgmmaMaxM with at least
+// kAutoWgmmaMinWeights. Given the device's SM count, also M in (kAutoWgmmaSmallMaxM, kAutoWgmmaMaxM] with at least
+// kAutoWgmmaMinWeightsSmallM weights and K >= kAutoWgmmaOneWaveMinK whose 256-token tiles (ceil(M / 256) x
+// ceil(N / 128)) fill one wave of the SMs to at least kAutoWgmmaOneWavePercent percent: there the kernel runs without
+// split-K in the time of one tile, while the dequantize path's time grows with M.
 constexpr int kAutoWgmmaTinyMaxM = 64;
 constexpr long long kAutoWgmmaMinWeightsTinyM = 8LL << 20;
 constexpr int kAutoWgmmaSmallMaxM = 128;
 constexpr long long kAutoWgmmaMinWeightsSmallM = 12LL << 20;
 constexpr int kAutoWgmmaMaxM = 1024;
 constexpr long long kAutoWgmmaMinWeights = 28LL << 20;
-constexpr bool wgmma_auto_wins(int m, long long n, long long k) {
+constexpr long long kAutoWgmmaOneWaveMinK = 4096;
+constexpr long long kAutoWgmmaOneWavePercent = 85;
+constexpr bool wgmma_auto_wins(int m, long long n, long long k, int sm_count = 0) {
   const long long w = n * k;
-  return m > kAutoFusedMaxM && ((m <= kAutoWgmmaTinyMaxM && w >= kAutoWgmmaMinWeightsTinyM) ||
-                                (m <= kAutoWgmmaSmallMaxM && w >= kAutoWgmmaMinWeightsSmallM) ||
-                                (m <= kAutoWgmmaMaxM && w >= kAutoWgmmaMinWeights));
+  if (m <= kAutoFusedMaxM) return false;
+  if ((m <= kAutoWgmmaTinyMaxM && w >= kAutoWgmmaMinWeightsTinyM) ||
+      (m <= kAutoWgmmaSmallMaxM && w >= kAutoWgmmaMinWeightsSmallM) ||
+      (m <= kAutoWgmmaMaxM && w >= kAutoWgmmaMinWeights))
+    return true;
+  if (sm_count <= 0 || m <= kAutoWgmmaSmallMaxM || m > kAutoWgmmaMaxM || w < kAutoWgmmaMinWeightsSmallM ||
+      k < kAutoWgmmaOneWaveMinK)
+    return false;
+  const long long tiles = (m + 255LL) / 256 * ((n + 127) / 128);
+  return tiles <= sm_count && tiles * 100 >= kAutoWgmmaOneWavePercent * sm_count;
 }
 
 // A packed weight on the device.

@@ -326,9 +326,13 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
     return Status::Ok();
   };
   if (path == GemmPath::kAuto) {
-    path = p.m <= kAutoFusedMaxM                                    ? GemmPath::kFused
-           : wgmma_auto_wins(p.m, L.n, L.k) && wgmma_blocker().ok() ? GemmPath::kWgmma
-                                                                    : GemmPath::kDequantCublas;
+    // kAuto's wgmma rule (qdec/gemm.h) with the device's SM count, where the path runs.
+    auto wgmma_wins = [&] {
+      DeviceInfo dev;
+      const int sms = current_device_info(&dev).ok() ? dev.sm_count : 0;
+      return wgmma_auto_wins(p.m, L.n, L.k, sms) && wgmma_blocker().ok();
+    };
+    path = p.m <= kAutoFusedMaxM ? GemmPath::kFused : wgmma_wins() ? GemmPath::kWgmma : GemmPath::kDequantCublas;
   } else if (path == GemmPath::kWgmma) {
     QDEC_RETURN_IF_ERROR(wgmma_blocker());
   }
