@@ -161,12 +161,8 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
   return d;
 }
 using ptx::lds128;
+using ptx::lds16;
 using ptx::lds32;
-__device__ __forceinline__ uint32_t lds16(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u16 %0, [%1];\n" : "=r"(v) : "r"(addr));
-  return v;
-}
 
 template <bool BF16>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {

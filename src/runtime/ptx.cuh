@@ -8,7 +8,7 @@
 
 namespace qdec::ptx {
 
-// Shared-memory loads at a shared-window address (__cvta_generic_to_shared): 16 bytes and 4 bytes.
+// Shared-memory loads at a shared-window address (__cvta_generic_to_shared): 16, 4 and 2 bytes (zero-extended).
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
@@ -17,6 +17,11 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   uint32_t v;
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint32_t lds16(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=r"(v) : "r"(addr));
   return v;
 }
 
