@@ -52,7 +52,7 @@ void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
   app->add_option("--dtype", o->dtype, "Activation dtype: bf16 or fp16")->capture_default_str();
   app->add_option("--path", o->path,
                   "auto, fused, dequant (dequantize + cuBLASLt) or wgmma (sm_90a). auto times every "
-                  "path that runs at each M (fused up to M 64, wgmma from M 33, dequant above M 0) and marks kAuto's "
+                  "path that runs at each M (fused up to M 64, wgmma from M 17, dequant above M 0) and marks kAuto's "
                   "choice with '*'")
       ->capture_default_str();
   app->add_option("--splits", o->splits, "Force the fused and wgmma paths' split-K count (0 = automatic)")

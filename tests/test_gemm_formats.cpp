@@ -344,27 +344,32 @@ TEST(WeightFormats, ConvWeightReorder) {
 }
 
 // kAuto's wgmma rule (qdec/gemm.h), a pure function of the shape and the SM count: its bounds as measured on the H200
-// (docs/gemm.md, "The wgmma path" and "int8 weights on the wgmma path").
+// (docs/gemm.md, "Session 43" under "The wgmma path": shapes of 4-112 Mi weights at M = 8-1024).
 TEST(GemmAutoRule, WgmmaBounds) {
-  EXPECT_FALSE(wgmma_auto_wins(256, 1280, 8192));
-  EXPECT_TRUE(wgmma_auto_wins(64, 1280, 8192));
-  EXPECT_FALSE(wgmma_auto_wins(65, 1280, 8192));
-  EXPECT_FALSE(wgmma_auto_wins(64, 1024, 4096));
-  EXPECT_TRUE(wgmma_auto_wins(128, 4096, 4096));
-  EXPECT_FALSE(wgmma_auto_wins(256, 4096, 4096));
+  // From M 24 (over the fused kernel up to M 32) with 4 Mi weights.
+  EXPECT_FALSE(wgmma_auto_wins(23, 8192, 8192));
+  EXPECT_TRUE(wgmma_auto_wins(24, 2048, 2048));
+  EXPECT_FALSE(wgmma_auto_wins(24, 2048, 1024));  // 2 Mi: not measured
+  EXPECT_TRUE(wgmma_auto_wins(64, 4096, 1024));
+  // M 65-128 from 8 Mi, M 129-192 from 10 Mi.
+  EXPECT_FALSE(wgmma_auto_wins(65, 2048, 2048));
+  EXPECT_TRUE(wgmma_auto_wins(128, 2048, 4096));
+  EXPECT_FALSE(wgmma_auto_wins(129, 2048, 4096));
+  EXPECT_TRUE(wgmma_auto_wins(192, 1280, 8192));
+  EXPECT_FALSE(wgmma_auto_wins(193, 1280, 8192, 132));  // 10 Mi: the one-wave clause starts at 16 Mi
+  // Up to M 1024 from 28 Mi, whatever the waves.
   EXPECT_TRUE(wgmma_auto_wins(1024, 8192, 3584));
-  EXPECT_FALSE(wgmma_auto_wins(1024, 6144, 4096));
-  EXPECT_FALSE(wgmma_auto_wins(32, 8192, 8192));
-  // With the SM count: 256-token tiles filling one wave to >= 85% (132 SMs, measured on the H200), from 12 Mi weights
-  // and K >= 4096.
+  EXPECT_FALSE(wgmma_auto_wins(1025, 28672, 4096, 132));
+  // M 193-1024 from 16 Mi with K >= 4096 where the 256-token tiles fit one wave of the SMs (132 on the H200).
   EXPECT_TRUE(wgmma_auto_wins(1024, 4096, 4096, 132));   // 128 tiles
-  EXPECT_TRUE(wgmma_auto_wins(640, 5120, 4096, 132));    // 120 tiles
-  EXPECT_FALSE(wgmma_auto_wins(512, 6144, 4096, 132));   // 96 tiles: 73%
-  EXPECT_FALSE(wgmma_auto_wins(1024, 5120, 4096, 132));  // 160 tiles: two waves
-  EXPECT_FALSE(wgmma_auto_wins(128, 4096, 2048, 132));   // 8 Mi
+  EXPECT_TRUE(wgmma_auto_wins(512, 6144, 4096, 132));    // 96 tiles
+  EXPECT_TRUE(wgmma_auto_wins(768, 5120, 5120, 132));    // 120 tiles
+  EXPECT_FALSE(wgmma_auto_wins(768, 6144, 4096, 132));   // 144 tiles: two waves
+  EXPECT_FALSE(wgmma_auto_wins(1024, 5120, 4096, 132));  // 160 tiles
+  EXPECT_FALSE(wgmma_auto_wins(256, 3072, 4096, 132));   // 12 Mi
   EXPECT_FALSE(wgmma_auto_wins(1024, 8192, 2048, 132));  // K 2048 (not measured)
-  EXPECT_FALSE(wgmma_auto_wins(1025, 4096, 4096, 132));
-  EXPECT_FALSE(wgmma_auto_wins(1024, 4096, 4096, 0));  // no SM count: the weight rule alone
+  EXPECT_FALSE(wgmma_auto_wins(1024, 4096, 4096, 0));    // no SM count: the weight bounds alone
+  EXPECT_TRUE(wgmma_auto_wins(192, 4096, 4096, 0));
 }
 
 }  // namespace

@@ -897,7 +897,10 @@ TEST(GemmErrors, WgmmaPathConditions) {
   p.path = GemmPath::kAuto;
   QDEC_ASSERT_OK(gemm_plan(p, &path, nullptr));
   EXPECT_EQ(path, GemmPath::kWgmma);
-  p.m = 32;
+  p.m = 32;  // the wgmma rule takes M >= kAutoWgmmaMinM over the fused kernel
+  QDEC_ASSERT_OK(gemm_plan(p, &path, nullptr));
+  EXPECT_EQ(path, GemmPath::kWgmma);
+  p.m = kAutoWgmmaMinM - 1;
   QDEC_ASSERT_OK(gemm_plan(p, &path, nullptr));
   EXPECT_EQ(path, GemmPath::kFused);
   p.m = kAutoWgmmaMaxM + 1;
@@ -950,6 +953,17 @@ TEST(GemmErrors, WgmmaPathConditions) {
   QDEC_ASSERT_OK(gemm_plan(small, &path, nullptr));
   EXPECT_EQ(path, GemmPath::kDequantCublas);
   // The rule's own bounds: GemmAutoRule.WgmmaBounds (CPU).
+  // More CTAs than a grid holds (M near INT_MAX in 64-token tiles x 64 column blocks) is refused, naming M and N.
+  {
+    GemmParams q = p;
+    q.path = GemmPath::kWgmma;
+    q.m = 2147483647;
+    q.tile_m = 64;
+    s = gemm_plan(q, &path, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find("M 2147483647 x N 8192 needs more CTAs than a grid holds"), std::string::npos)
+        << s.message();
+  }
   // A forced split count whose per-tile accumulators would not fit the workspace's state zone is refused (M 1024 x
   // N 8192 in 256-token tiles: 256 tiles of 128 KiB).
   {

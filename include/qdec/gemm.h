@@ -10,9 +10,9 @@
 //     kDequantCublas  dequantize W to a bf16/fp16 scratch in the workspace, then cuBLASLt (large M)
 //     kWgmma          sm_90a, every weight format: the weights dequantized in registers as wgmma's A operand, X by
 //                     the TMA
-//     kAuto           kFused for M <= kAutoFusedMaxM (32); above it kWgmma where it runs (sm_90a device and code,
-//                     X and meta 16-byte aligned, ldx % 8 == 0) and was measured faster
-//                     (wgmma_auto_wins below), else kDequantCublas
+//     kAuto           kWgmma where it runs (sm_90a device and code, X and meta 16-byte aligned, ldx % 8 == 0) and
+//                     was measured faster (M >= 24; wgmma_auto_wins below), else kFused for M <= kAutoFusedMaxM
+//                     (32) and kDequantCublas above
 //
 // Conv2d: input NCHW fp32/fp16, weights [Co, Kh, Kw, Ci] packed with groups along Ci (quantize_conv_weights),
 // output NCHW in the input's dtype; im2col into the workspace, then the GEMM above (docs/gemm.md).
@@ -49,36 +49,42 @@ const char* gemm_x_staging_name(GemmXStaging s);
 
 // Largest M the fused kernel takes.
 constexpr int kFusedMaxM = 64;
-// Largest M for which kAuto picks the fused kernel (measured on the H200, docs/gemm.md: above it the dequantize +
-// cuBLASLt path is faster); kFusedMaxM stays the fused path's limit when it is asked for explicitly.
+// Largest M for which kAuto picks the fused kernel where the wgmma rule below does not take the call (measured on the
+// H200, docs/gemm.md: above it the dequantize + cuBLASLt path is faster); kFusedMaxM stays the fused path's limit
+// when it is asked for explicitly.
 constexpr int kAutoFusedMaxM = 32;
-// Where kAuto picks the wgmma path over the dequantize + cuBLASLt path, for int4 and int8 weights alike (both measured
-// on the H200, docs/gemm.md "The wgmma path"): M <= kAutoWgmmaTinyMaxM with at least kAutoWgmmaMinWeightsTinyM weights
-// (N x K), M <= kAutoWgmmaSmallMaxM with at least kAutoWgmmaMinWeightsSmallM, or M <= kAutoWgmmaMaxM with at least
-// kAutoWgmmaMinWeights. Given the device's SM count, also M in (kAutoWgmmaSmallMaxM, kAutoWgmmaMaxM] with at least
-// kAutoWgmmaMinWeightsSmallM weights and K >= kAutoWgmmaOneWaveMinK whose 256-token tiles (ceil(M / 256) x
-// ceil(N / 128)) fill one wave of the SMs to at least kAutoWgmmaOneWavePercent percent: there the kernel runs without
-// split-K in the time of one tile, while the dequantize path's time grows with M.
+// Where kAuto picks the wgmma path, for int4 and int8 weights alike (both measured on the H200 with session 43's
+// split-K epilogue, docs/gemm.md "Session 43" under "The wgmma path"), by M and the weights (N x K):
+//   M in [kAutoWgmmaMinM, kAutoWgmmaTinyMaxM]      with >= kAutoWgmmaMinWeightsTinyM weights (over the fused kernel
+//                                                    up to kAutoFusedMaxM, over the dequantize path above),
+//   M <= kAutoWgmmaSmallMaxM                        with >= kAutoWgmmaMinWeightsSmallM,
+//   M <= kAutoWgmmaMidMaxM                          with >= kAutoWgmmaMinWeightsMidM,
+//   M <= kAutoWgmmaMaxM                             with >= kAutoWgmmaMinWeights,
+// and, given the device's SM count, M in (kAutoWgmmaMidMaxM, kAutoWgmmaMaxM] with >= kAutoWgmmaOneWaveMinWeights
+// weights and K >= kAutoWgmmaOneWaveMinK whose 256-token tiles (ceil(M / 256) x ceil(N / 128)) fit one wave of the
+// SMs: there the kernel runs in one wave (split-K fills it), while the dequantize path's time grows with M. Elsewhere
+// kAuto takes the fused kernel up to kAutoFusedMaxM and the dequantize path above.
+constexpr int kAutoWgmmaMinM = 24;
 constexpr int kAutoWgmmaTinyMaxM = 64;
-constexpr long long kAutoWgmmaMinWeightsTinyM = 8LL << 20;
+constexpr long long kAutoWgmmaMinWeightsTinyM = 4LL << 20;
 constexpr int kAutoWgmmaSmallMaxM = 128;
-constexpr long long kAutoWgmmaMinWeightsSmallM = 12LL << 20;
+constexpr long long kAutoWgmmaMinWeightsSmallM = 8LL << 20;
+constexpr int kAutoWgmmaMidMaxM = 192;
+constexpr long long kAutoWgmmaMinWeightsMidM = 10LL << 20;
 constexpr int kAutoWgmmaMaxM = 1024;
 constexpr long long kAutoWgmmaMinWeights = 28LL << 20;
+constexpr long long kAutoWgmmaOneWaveMinWeights = 16LL << 20;
 constexpr long long kAutoWgmmaOneWaveMinK = 4096;
-constexpr long long kAutoWgmmaOneWavePercent = 85;
 constexpr bool wgmma_auto_wins(int m, long long n, long long k, int sm_count = 0) {
   const long long w = n * k;
-  if (m <= kAutoFusedMaxM) return false;
+  if (m < kAutoWgmmaMinM || m > kAutoWgmmaMaxM) return false;
   if ((m <= kAutoWgmmaTinyMaxM && w >= kAutoWgmmaMinWeightsTinyM) ||
       (m <= kAutoWgmmaSmallMaxM && w >= kAutoWgmmaMinWeightsSmallM) ||
-      (m <= kAutoWgmmaMaxM && w >= kAutoWgmmaMinWeights))
+      (m <= kAutoWgmmaMidMaxM && w >= kAutoWgmmaMinWeightsMidM) || w >= kAutoWgmmaMinWeights)
     return true;
-  if (sm_count <= 0 || m <= kAutoWgmmaSmallMaxM || m > kAutoWgmmaMaxM || w < kAutoWgmmaMinWeightsSmallM ||
-      k < kAutoWgmmaOneWaveMinK)
+  if (sm_count <= 0 || m <= kAutoWgmmaMidMaxM || w < kAutoWgmmaOneWaveMinWeights || k < kAutoWgmmaOneWaveMinK)
     return false;
-  const long long tiles = (m + 255LL) / 256 * ((n + 127) / 128);
-  return tiles <= sm_count && tiles * 100 >= kAutoWgmmaOneWavePercent * sm_count;
+  return (m + 255LL) / 256 * ((n + 127) / 128) <= sm_count;
 }
 
 // A packed weight on the device.

@@ -326,13 +326,14 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
     return Status::Ok();
   };
   if (path == GemmPath::kAuto) {
-    // kAuto's wgmma rule (qdec/gemm.h) with the device's SM count, where the path runs.
+    // kAuto's wgmma rule (qdec/gemm.h) with the device's SM count, where the path runs; else the fused kernel up to
+    // kAutoFusedMaxM and the dequantize path above.
     auto wgmma_wins = [&] {
       DeviceInfo dev;
       const int sms = current_device_info(&dev).ok() ? dev.sm_count : 0;
       return wgmma_auto_wins(p.m, L.n, L.k, sms) && wgmma_blocker().ok();
     };
-    path = p.m <= kAutoFusedMaxM ? GemmPath::kFused : wgmma_wins() ? GemmPath::kWgmma : GemmPath::kDequantCublas;
+    path = wgmma_wins() ? GemmPath::kWgmma : p.m <= kAutoFusedMaxM ? GemmPath::kFused : GemmPath::kDequantCublas;
   } else if (path == GemmPath::kWgmma) {
     QDEC_RETURN_IF_ERROR(wgmma_blocker());
   }

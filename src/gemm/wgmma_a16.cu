@@ -63,6 +63,11 @@
 #ifndef QDEC_A16_SETS
 #define QDEC_A16_SETS 4
 #endif
+// QDEC_A16_EPI_BATCH (build knob, 8): float4 per thread in flight in the split-K epilogue (1, the form before, took
+// 1.08-1.57x the time of 8 wherever the plan splits; H200, docs/gemm.md "Session 43").
+#ifndef QDEC_A16_EPI_BATCH
+#define QDEC_A16_EPI_BATCH 8
+#endif
 
 namespace qdec::wq {
 namespace {
@@ -498,22 +503,41 @@ __global__ void __launch_bounds__(kA16Threads, A16Config<T, kBits>::kMinBlocks)
     }
     return;
   }
-  // Split-K: add this split's tile into the accumulator, take the tile's ticket; the last split writes Y.
-  const int tile = blockIdx.x;
-  float* acc = p.partial + size_t(tile) * T * kCtaN;
-  for (int i = tid; i < rows * (kCtaN / 4); i += kA16Threads) {
-    const int r = i / (kCtaN / 4), c4 = (i % (kCtaN / 4)) * 4;
-    red_add4(acc + r * kCtaN + c4, *reinterpret_cast<const float4*>(stg + r * C::kPitch + c4));
+  // Split-K: add this split's tile into the accumulator, take the tile's ticket; the last split writes Y. Each thread
+  // handles kBatch float4 at a time, their loads issued together: one at a time, the last split's read-back was a
+  // chain of up to 32 dependent L2 round trips per thread (ncu at M = 256: ~11% of the warp samples).
+  constexpr int kBatch = QDEC_A16_EPI_BATCH;
+  const int tile = blockIdx.x, n4 = rows * (kCtaN / 4);
+  float4* acc = reinterpret_cast<float4*>(p.partial + size_t(tile) * T * kCtaN);  // float4 i: row i / 32
+  for (int i0 = tid; i0 < n4; i0 += kBatch * kA16Threads) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * kA16Threads;
+      if (i < n4) v[b] = *reinterpret_cast<const float4*>(stg + (i / (kCtaN / 4)) * C::kPitch + (i % (kCtaN / 4)) * 4);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (i0 + b * kA16Threads < n4) red_add4(reinterpret_cast<float*>(acc + i0 + b * kA16Threads), v[b]);
+    }
   }
   int* flag = reinterpret_cast<int*>(smem + C::kFlagOff);
   if (!ptx::split_arrive(p.tickets + tile, p.splits, tid == 0, flag, [] { consumer_sync(); })) return;
   if (tid == 0) p.tickets[tile] = 0u;
-  for (int i = tid; i < rows * (kCtaN / 4); i += kA16Threads) {
-    const int r = i / (kCtaN / 4), c4 = (i % (kCtaN / 4)) * 4;
-    float4* src = reinterpret_cast<float4*>(acc + r * kCtaN + c4);
-    const float4 v = __ldcg(src);
-    __stcg(src, make_float4(0.f, 0.f, 0.f, 0.f));
-    if (n0 + c4 < p.n) store_y4(p, tok0 + r, n0 + c4, v);
+  for (int i0 = tid; i0 < n4; i0 += kBatch * kA16Threads) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (i0 + b * kA16Threads < n4) v[b] = __ldcg(acc + i0 + b * kA16Threads);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * kA16Threads;
+      if (i >= n4) break;
+      __stcg(acc + i, make_float4(0.f, 0.f, 0.f, 0.f));
+      const int c4 = (i % (kCtaN / 4)) * 4;
+      if (n0 + c4 < p.n) store_y4(p, tok0 + i / (kCtaN / 4), n0 + c4, v[b]);
+    }
   }
 #else
   (void)p;
@@ -571,11 +595,12 @@ Status a16_plan(int m, const WeightLayout& L, int tile_m, int num_splits, int sm
   // The token tile: the smallest that holds M, 256 from M = 129 up.
   const int tm = tile_m != 0 ? tile_m : m <= 64 ? 64 : m <= 128 ? 128 : 256;
   pl->tile_m = tm;
-  pl->m_blocks = (m + tm - 1) / tm;
-  const long long tiles = 1LL * pl->m_blocks * pl->n_blocks;
+  const long long m_blocks = (static_cast<long long>(m) + tm - 1) / tm;  // M up to INT_MAX: no int overflow
+  const long long tiles = m_blocks * pl->n_blocks;
   if (tiles > 2147483647LL)
     return Status(StatusCode::kInvalidArgument, "wgmma path: M " + std::to_string(m) + " x N " + std::to_string(L.n) +
                                                     " needs more CTAs than a grid holds");
+  pl->m_blocks = static_cast<int>(m_blocks);
   const size_t tile_acc = size_t(tm) * kCtaN * 4;
   const size_t state = round256(size_t(tiles) * 4) + round256(size_t(tiles) * tile_acc);
   int splits = 1;
