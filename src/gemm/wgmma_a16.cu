@@ -54,6 +54,11 @@
 #ifndef QDEC_A16_PROBE
 #define QDEC_A16_PROBE 0
 #endif
+// QDEC_A16_TRAFFIC_PROBE (timing probes only, default 0): 1 loads X, 2 the codes and meta, only in the first pass over
+// the ring (later stages compute on stale bytes), to time the kernel without that operand's traffic. Wrong results.
+#ifndef QDEC_A16_TRAFFIC_PROBE
+#define QDEC_A16_TRAFFIC_PROBE 0
+#endif
 // QDEC_A16_T128_TWO (build knob, 1; 0 for A/B variant builds): 128-token CTAs with 4 stages, two per SM (one per SM
 // with 6 stages took 1.09-1.25x the time at M = 128 on the H200, docs/gemm.md).
 #ifndef QDEC_A16_T128_TWO
@@ -382,10 +387,15 @@ __global__ void __launch_bounds__(kA16Threads, A16Config<T, kBits>::kMinBlocks)
     const int s = j % C::kStages;
     const uint32_t bar = full + 8 * s;
     const int kt = kt0 + j;
-    w8a8::mbar_expect_tx(bar, stage_bytes);
-    w8a8::tma_load_2d(base + s * C::kXBytes, &xmap, kt * kStageK * 2, tok0, bar);
-    w8a8::tma_load_2d(base + C::kWOff + s * C::kWBytes, &wmap, kt * (C::kWRowBytes / 8), n0 / 16, bar);
-    w8a8::tma_load_2d(base + C::kMOff + s * C::kMetaBytes, &mmap, n0, (kt * kStageK) >> p.group_shift, bar);
+    // Timing probes (QDEC_A16_TRAFFIC_PROBE) skip X or the codes and meta after the first pass over the ring.
+    const bool load_x = QDEC_A16_TRAFFIC_PROBE != 1 || j < C::kStages;
+    const bool load_w = QDEC_A16_TRAFFIC_PROBE != 2 || j < C::kStages;
+    w8a8::mbar_expect_tx(bar, (load_x ? C::kXBytes : 0) + (load_w ? stage_bytes - C::kXBytes : 0));
+    if (load_x) w8a8::tma_load_2d(base + s * C::kXBytes, &xmap, kt * kStageK * 2, tok0, bar);
+    if (load_w) {
+      w8a8::tma_load_2d(base + C::kWOff + s * C::kWBytes, &wmap, kt * (C::kWRowBytes / 8), n0 / 16, bar);
+      w8a8::tma_load_2d(base + C::kMOff + s * C::kMetaBytes, &mmap, n0, (kt * kStageK) >> p.group_shift, bar);
+    }
   };
   if (tid == 0) {
     w8a8::prefetch_tensormap(&xmap);
