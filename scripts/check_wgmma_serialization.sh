@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Fails if ptxas serializes the wgmma of any sm_90a kernel: ptxas reports that only as an info line under -v
 # ("(C751x) Potential Performance Loss: wgmma.mma_async instructions are serialized ..."), the build passes, and the
-# kernel then waits for each wgmma before the next (WARPGROUP.DEPBAR.LE gsb0, 0x0): the weight-only wgmma kernel ran
-# 1.1-2.1x slower so in a variant of session 43 (docs/gemm.md). Run by ctest (WgmmaPipelined) where the build targets
-# sm_90a. Usage: scripts/check_wgmma_serialization.sh <nvcc> [source root]
+# kernel then waits for each wgmma before the next (WARPGROUP.DEPBAR.LE gsb0, 0x0): a variant of the weight-only wgmma
+# kernel serialized so took 1.07-2.08x its time (H200, session 43, docs/gemm.md). Run by ctest (WgmmaPipelined) where
+# the build targets sm_90a. Usage: scripts/check_wgmma_serialization.sh <nvcc> [source root]
 set -uo pipefail
 nvcc="${1:?usage: check_wgmma_serialization.sh <nvcc> [source root]}"
 root="${2:-$(cd "$(dirname "$0")/.." && pwd)}"
