@@ -329,6 +329,7 @@ Status validate_and_plan(const GemmParams& p, Plan* plan) {
     // kAuto's wgmma rule (qdec/gemm.h) with the device's SM count, where the path runs; else the fused kernel up to
     // kAutoFusedMaxM and the dequantize path above.
     auto wgmma_wins = [&] {
+      if (p.m < kAutoWgmmaMinM || p.m > kAutoWgmmaMaxM) return false;  // outside the rule's M: no device query
       DeviceInfo dev;
       const int sms = current_device_info(&dev).ok() ? dev.sm_count : 0;
       return wgmma_auto_wins(p.m, L.n, L.k, sms) && wgmma_blocker().ok();
