@@ -654,8 +654,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
           const double us = timer.time(o.warmup, o.iters, [&](int) { check_status(conv2d(p, stream), "conv2d"); });
           BENCH_CUDA(cudaGetLastError());
           const double flops = 2.0 * p.batch * l.co * p.out_h() * p.out_w() * double(l.ci) * l.k * l.k;
-          // The path conv2d's GEMM takes (kAuto), from the GEMM's own plan: M = batch x out_h x out_w, K = Ci x Kh x
-          // Kw.
+          // The path conv2d's GEMM takes (kAuto, M = batch x out_h x out_w), from the GEMM's own plan.
           GemmParams gp;
           gp.m = p.batch * p.out_h() * p.out_w();
           gp.w = p.w;
