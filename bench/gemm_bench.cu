@@ -654,16 +654,8 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
           const double us = timer.time(o.warmup, o.iters, [&](int) { check_status(conv2d(p, stream), "conv2d"); });
           BENCH_CUDA(cudaGetLastError());
           const double flops = 2.0 * p.batch * l.co * p.out_h() * p.out_w() * double(l.ci) * l.k * l.k;
-          // The path conv2d's GEMM takes (kAuto, M = batch x out_h x out_w), from the GEMM's own plan.
-          GemmParams gp;
-          gp.m = p.batch * p.out_h() * p.out_w();
-          gp.w = p.w;
-          gp.x_dtype = GemmDType::kFP16;
-          gp.y_dtype = GemmDType::kFP32;
-          gp.x = reinterpret_cast<const void*>(uintptr_t(256));  // placeholders, aligned as conv2d's scratch
-          gp.y = reinterpret_cast<void*>(uintptr_t(256));
           GemmPath gpath = GemmPath::kAuto;
-          check_status(gemm_plan(gp, &gpath, nullptr), "conv GEMM plan");
+          check_status(conv2d_gemm_path(p, &gpath), "conv GEMM path");
           const std::string pth = std::string("im2col+") + gemm_path_name(gpath);
           out << fmt::format("{:>12} {:>10} {:>9.2f} {:>8.2f} {:>17}\n", l.name, fname, us, flops / (us * 1e-6) / 1e12,
                              pth);

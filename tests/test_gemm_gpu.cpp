@@ -1073,6 +1073,32 @@ TEST(ConvErrors, BadGeometry) {
   p.w.layout.k = 100;
   s = conv2d_workspace_bytes(p, &bytes);
   EXPECT_NE(s.message().find("weight K 100"), std::string::npos) << s.message();
+  GemmPath path = GemmPath::kAuto;
+  s = conv2d_gemm_path(p, &path);  // the same validation
+  EXPECT_NE(s.message().find("weight K 100"), std::string::npos) << s.message();
+  EXPECT_NE(conv2d_gemm_path(p, nullptr).message().find("path is null"), std::string::npos);
+}
+
+// The path of conv2d's im2col GEMM is the GEMM's own kAuto pick for M = batch x out_h x out_w.
+TEST(ConvErrors, GemmPathIsTheGemmPlan) {
+  QDEC_SKIP_WITHOUT_GPU();  // planning reads the device
+  Conv2dParams p;
+  p.batch = 1;
+  p.in_channels = 64;
+  p.in_h = p.in_w = 4;
+  p.out_channels = 64;
+  p.kernel_h = p.kernel_w = 1;
+  p.w.layout = WeightLayout{WeightFormat{WeightKind::kINT4, 32}, 64, 64};
+  p.w.codes = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.w.meta = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.input = reinterpret_cast<const void*>(uintptr_t(4096));
+  p.output = reinterpret_cast<void*>(uintptr_t(4096));
+  GemmPath path = GemmPath::kAuto;
+  QDEC_ASSERT_OK(conv2d_gemm_path(p, &path));
+  EXPECT_EQ(path, GemmPath::kFused);  // M = 16
+  p.in_h = p.in_w = 64;               // M = 4096
+  QDEC_ASSERT_OK(conv2d_gemm_path(p, &path));
+  EXPECT_EQ(path, GemmPath::kDequantCublas);
 }
 
 }  // namespace

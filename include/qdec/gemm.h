@@ -159,6 +159,9 @@ struct Conv2dParams {
 };
 
 Status conv2d_workspace_bytes(const Conv2dParams& p, size_t* bytes);
+// The path conv2d's im2col GEMM takes (M = batch x out_h x out_w, K = kernel_h x kernel_w x in_channels), as gemm_plan
+// reports it; the same validation as conv2d_workspace_bytes (the workspace need not be set).
+Status conv2d_gemm_path(const Conv2dParams& p, GemmPath* path);
 Status conv2d(const Conv2dParams& p, cudaStream_t stream);
 
 // Quantize conv weights [Co, Ci, Kh, Kw] (fp32, PyTorch order): reordered to [Co, Kh, Kw, Ci] so that groups

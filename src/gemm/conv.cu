@@ -153,6 +153,13 @@ Status conv2d_workspace_bytes(const Conv2dParams& p, size_t* bytes) {
   return Status::Ok();
 }
 
+Status conv2d_gemm_path(const Conv2dParams& p, GemmPath* path) {
+  if (!path) return invalid("path is null");
+  ConvPlan plan;
+  QDEC_RETURN_IF_ERROR(validate_conv(p, &plan));
+  return gemm_plan(plan.gp, path, nullptr);
+}
+
 Status conv2d(const Conv2dParams& p, cudaStream_t stream) {
   ConvPlan plan;
   QDEC_RETURN_IF_ERROR(validate_conv(p, &plan));
