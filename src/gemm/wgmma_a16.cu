@@ -12,8 +12,10 @@
 //   swizzle: wgmma's K-major B layout; rows past M and columns past K read as zero), the codes (8 row blocks x the
 //   stage's 512 or 1024 bytes; blocks past N read as zero) and the meta of the stage's group (group 32: two groups; a
 //   group past the last reads as zero). A ring of kStages stages; each warp releases a stage on its empty mbarrier once
-//   its wgmma reading it completed, and thread 0 refills the slot. (A producer warp, the first version, made ptxas
-//   serialize the 256-token tile's wgmma for want of registers at 288 threads, C7512. Bulk copies of 512 bytes per
+//   its wgmma reading it completed, and thread 0 refills the slot, except in 64- and 256-token int4 CTAs: there a
+//   third warpgroup (the producer; setmaxnreg gives the consumers its registers) refills each slot as soon as it is
+//   released (QDEC_A16_PRODUCER). (A single producer warp, the first version, made ptxas serialize the 256-token
+//   tile's wgmma for want of registers at 288 threads, C7512. Bulk copies of 512 bytes per
 //   weight tile and per group's meta, instead of the two boxes, were slower: 4096 x 4096 at M 4096 414 against 307 µs,
 //   28672 x 4096 at M 64 64.2 against 57.2, though the box build already paid for the fp32 dequantization below.)
 // - Dequantization per weight, in registers: nibble -> (magic | q), 128 + q in bf16 or 1024 + q in fp16, exactly.
@@ -68,6 +70,19 @@
 #ifndef QDEC_A16_SETS
 #define QDEC_A16_SETS 4
 #endif
+// QDEC_A16_PRODUCER (build knob, 1; 0 for A/B variant builds): 64- and 256-token CTAs with int4 weights get a third
+// warpgroup whose first thread refills the ring as soon as every consumer warp released a slot, instead of consumer
+// thread 0 refilling at its next stage's start. H200, session 44: int4 0.92x the time at 256 tokens (M = 256-1024),
+// 0.98x at 64 (M = 24-64); int8 at 256 tokens 1.01-1.06x, so int8 keeps consumer thread 0 as its producer. 128-token
+// CTAs run two per SM, and at 384 threads ptxas has 80 registers for their 64 accumulators (C7602).
+#ifndef QDEC_A16_PRODUCER
+#define QDEC_A16_PRODUCER 1
+#endif
+// QDEC_A16_T256_STAGES_I4 (build knob, 6): ring stages of 256-token CTAs with int4 weights (int8's larger stages fit
+// 5).
+#ifndef QDEC_A16_T256_STAGES_I4
+#define QDEC_A16_T256_STAGES_I4 6
+#endif
 // QDEC_A16_EPI_BATCH (build knob, 8): float4 per thread in flight in the split-K epilogue (1, the form before, took
 // 1.08-1.57x the time of 8 wherever the plan splits; H200, docs/gemm.md "Session 43").
 #ifndef QDEC_A16_EPI_BATCH
@@ -94,7 +109,15 @@ struct A16Config {
   static constexpr int kWRowBytes = w_row_bytes(kBits);        // one 16-row block's codes
   static constexpr int kWBytes = kConsumerWarps * kWRowBytes;  // 4 KiB (int4) or 8 KiB (int8)
   static constexpr int kMetaBytes = 2 * kCtaN * 4;             // two groups (group 32) x 128 x 4 bytes
-  static constexpr int kStages = T == 256 ? 5 : (T == 128 && QDEC_A16_T128_TWO) ? 4 : 6;
+  static constexpr int kStages = T == 256                          ? (kBits == 4 ? QDEC_A16_T256_STAGES_I4 : 5)
+                                 : (T == 128 && QDEC_A16_T128_TWO) ? 4
+                                                                   : 6;
+  // A producer warpgroup after the two consumer warpgroups (QDEC_A16_PRODUCER: 64- and 256-token CTAs, int4 weights).
+  static constexpr bool kProducer = kBits == 4 && T != 128 && QDEC_A16_PRODUCER;
+  static constexpr int kThreads = kA16Threads + (kProducer ? 128 : 0);
+  // setmaxnreg counts per thread: the producer's and the consumers' (one CTA per SM: 40 + 2 x 232 <= 3 x 168; two:
+  // 24 + 2 x 104 <= 3 x 80).
+  static constexpr int kProducerRegs = T == 256 ? 40 : 24, kConsumerRegs = T == 256 ? 232 : 104;
   static constexpr int kWOff = kStages * kXBytes;
   static constexpr int kMOff = kWOff + kStages * kWBytes;
   static constexpr int kBarOff = kMOff + kStages * kMetaBytes;
@@ -362,7 +385,7 @@ __device__ __forceinline__ void red_add4(float* a, float4 v) {
 // grid: x = column block * m_blocks + token tile (the token tiles of a column run together and share its weights in
 // L2), z = K splits.
 template <int T, bool BF16, int kBits>
-__global__ void __launch_bounds__(kA16Threads, A16Config<T, kBits>::kMinBlocks)
+__global__ void __launch_bounds__(A16Config<T, kBits>::kThreads, A16Config<T, kBits>::kMinBlocks)
     a16_wgmma_kernel(const __grid_constant__ A16Params p, const __grid_constant__ CUtensorMap xmap,
                      const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap mmap) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -409,6 +432,21 @@ __global__ void __launch_bounds__(kA16Threads, A16Config<T, kBits>::kMinBlocks)
     for (int j = 0; j < C::kStages && j < n_kt; ++j) issue_stage(j);
   }
   __syncthreads();
+  if constexpr (C::kProducer) {
+    // Registers: the producer warpgroup gives most of its share to the consumers (kProducerRegs, kConsumerRegs).
+    if (warp >= kConsumerWarps) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::kProducerRegs) : "memory");
+      // Its first thread refills slot j % kStages with stage j once every consumer warp released stage j - kStages.
+      if (tid == kA16Threads) {
+        for (int j = C::kStages; j < n_kt; ++j) {
+          w8a8::mbar_wait(empty + 8 * (j % C::kStages), (j / C::kStages - 1) & 1);
+          issue_stage(j);
+        }
+      }
+      return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::kConsumerRegs) : "memory");
+  }
 
   // Consumers: warp w's 16-row block is w (warpgroup w / 4, rows 16 (w % 4) .. of its wgmma).
   const int g = lane >> 2, t = lane & 3;
@@ -434,7 +472,7 @@ __global__ void __launch_bounds__(kA16Threads, A16Config<T, kBits>::kMinBlocks)
   for (int i = 0; i < n_kt; ++i) {
     const int s = i % C::kStages;
     // Every warp released stage i - 2 during stage i - 1: thread 0 refills its slot with stage i - 2 + kStages.
-    if (tid == 0 && i >= 2 && i - 2 + C::kStages < n_kt) {
+    if (!C::kProducer && tid == 0 && i >= 2 && i - 2 + C::kStages < n_kt) {
       w8a8::mbar_wait(empty + 8 * ((i - 2) % C::kStages), ((i - 2) / C::kStages) & 1);
       issue_stage(i - 2 + C::kStages);
     }
@@ -564,9 +602,10 @@ struct KernelEntry {
   int bits;
   Kernel func;
   int smem;
+  int threads;
 };
 #define QDEC_A16_ENTRY(T, BF, BITS) \
-  { T, BF, BITS, a16_wgmma_kernel<T, BF, BITS>, A16Config<T, BITS>::kSmemBytes }
+  { T, BF, BITS, a16_wgmma_kernel<T, BF, BITS>, A16Config<T, BITS>::kSmemBytes, A16Config<T, BITS>::kThreads }
 // The closed list of compiled configurations: token tile x X dtype x weight bits.
 const KernelEntry kKernels[] = {
     QDEC_A16_ENTRY(64, true, 4),  QDEC_A16_ENTRY(128, true, 4),  QDEC_A16_ENTRY(256, true, 4),
@@ -693,7 +732,7 @@ Status a16_launch(const A16Args& a, const WeightLayout& L, const A16Plan& pl, cu
     p.partial = reinterpret_cast<float*>(static_cast<uint8_t*>(a.workspace) + pl.ticket_bytes);
   }
   const dim3 grid(unsigned(pl.m_blocks * pl.n_blocks), 1, unsigned(pl.splits));
-  e->func<<<grid, kA16Threads, e->smem, stream>>>(p, xmap, wmap, mmap);
+  e->func<<<grid, e->threads, e->smem, stream>>>(p, xmap, wmap, mmap);
   return cuda_status(cudaGetLastError(), "a16_wgmma_kernel launch");
 }
 
