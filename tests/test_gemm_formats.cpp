@@ -372,4 +372,23 @@ TEST(GemmAutoRule, WgmmaBounds) {
   EXPECT_TRUE(wgmma_auto_wins(192, 4096, 4096, 0));
 }
 
+// The wgmma path's automatic token tile (qdec/gemm.h): 64 / 128 / 256 by M, and 64 at M = 96-128 up to 12 Mi weights
+// and at M = 105-128 up to 16 Mi (docs/gemm.md, "Session 44").
+TEST(GemmAutoRule, WgmmaTokenTile) {
+  EXPECT_EQ(wgmma_auto_tile_m(1, 28672, 4096), 64);
+  EXPECT_EQ(wgmma_auto_tile_m(64, 28672, 4096), 64);
+  EXPECT_EQ(wgmma_auto_tile_m(65, 1280, 8192), 128);
+  EXPECT_EQ(wgmma_auto_tile_m(95, 1280, 8192), 128);
+  EXPECT_EQ(wgmma_auto_tile_m(96, 1280, 8192), 64);
+  EXPECT_EQ(wgmma_auto_tile_m(96, 3072, 4096), 64);    // 12 Mi
+  EXPECT_EQ(wgmma_auto_tile_m(104, 3073, 4096), 128);  // just over 12 Mi
+  EXPECT_EQ(wgmma_auto_tile_m(104, 4096, 4096), 128);  // 16 Mi
+  EXPECT_EQ(wgmma_auto_tile_m(105, 4096, 4096), 64);
+  EXPECT_EQ(wgmma_auto_tile_m(128, 2048, 8192), 64);   // 16 Mi
+  EXPECT_EQ(wgmma_auto_tile_m(128, 4097, 4096), 128);  // just over 16 Mi
+  EXPECT_EQ(wgmma_auto_tile_m(128, 5120, 4096), 128);
+  EXPECT_EQ(wgmma_auto_tile_m(129, 1280, 8192), 256);
+  EXPECT_EQ(wgmma_auto_tile_m(4096, 1280, 8192), 256);
+}
+
 }  // namespace

@@ -87,6 +87,27 @@ constexpr bool wgmma_auto_wins(int m, long long n, long long k, int sm_count = 0
   return (m + 255LL) / 256 * ((n + 127) / 128) <= sm_count;
 }
 
+// The wgmma path's token tile when GemmParams::tile_m is 0: the smallest of 64, 128 and 256 that holds M, except 64
+// at M >= kAutoTile64MinM (up to 128) for weights (N x K) of at most kAutoTile64MaxWeights, and from
+// kAutoTile64MinMLarger for at most kAutoTile64MaxWeightsLarger. Measured on the H200 (docs/gemm.md "Session 44",
+// int4 and int8): at M = 96-128 the 64-token CTAs (two token tiles) took 0.80-1.00x the 128-token time on 7 shapes of
+// 4-12 Mi weights (1280 x 4096 up to 1.02x at M = 96-104); on the two of 16 Mi 1.01-1.05x at M = 96-104 and 0.95-1.00x
+// at 112-128; on 20 Mi and more 1.03-1.52x at M = 128. At M = 72-80 they were faster on 3 of the 7 small shapes and
+// slower on 4 (up to 1.10x).
+constexpr int kAutoTile64MinM = 96;
+constexpr long long kAutoTile64MaxWeights = 12LL << 20;
+constexpr int kAutoTile64MinMLarger = 105;
+constexpr long long kAutoTile64MaxWeightsLarger = 16LL << 20;
+constexpr int wgmma_auto_tile_m(int m, long long n, long long k) {
+  if (m <= 64) return 64;
+  if (m > 128) return 256;
+  const long long w = n * k;
+  return (m >= kAutoTile64MinM && w <= kAutoTile64MaxWeights) ||
+                 (m >= kAutoTile64MinMLarger && w <= kAutoTile64MaxWeightsLarger)
+             ? 64
+             : 128;
+}
+
 // A packed weight on the device.
 struct WeightView {
   WeightLayout layout;

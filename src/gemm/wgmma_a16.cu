@@ -641,8 +641,8 @@ Status a16_plan(int m, const WeightLayout& L, int tile_m, int num_splits, int sm
                   "tile_m " + std::to_string(tile_m) + " must be 0 (automatic), 64, 128 or 256");
   pl->k_tiles = (L.k_pad() + kStageK - 1) / kStageK;  // int8: the last 64-value tile may hold one 32-value tile
   pl->n_blocks = (L.n_pad() + kCtaN - 1) / kCtaN;
-  // The token tile: the smallest that holds M, 256 from M = 129 up.
-  const int tm = tile_m != 0 ? tile_m : m <= 64 ? 64 : m <= 128 ? 128 : 256;
+  // The token tile: qdec/gemm.h's rule (the smallest that holds M, but 64 at M = 96-128 for small weights).
+  const int tm = tile_m != 0 ? tile_m : wgmma_auto_tile_m(m, L.n, L.k);
   pl->tile_m = tm;
   const long long m_blocks = (static_cast<long long>(m) + tm - 1) / tm;  // M up to INT_MAX: no int overflow
   const long long tiles = m_blocks * pl->n_blocks;
