@@ -141,7 +141,8 @@ struct GemmParams {
   // read or written only after that kernel has completed. So W must not be written by the kernel launched just
   // before. The dequantize + cuBLASLt and wgmma paths ignore it.
   bool pdl = false;
-  // Wgmma path: tokens per CTA, 0 = automatic, else 64, 128 or 256 (num_splits forces its split-K count too).
+  // Wgmma path: tokens per CTA, 0 = automatic (wgmma_auto_tile_m), else 64, 128 or 256 (num_splits forces its split-K
+  // count too).
   int tile_m = 0;
   // Device workspace, gemm_workspace_bytes() of it, 256-byte aligned. Zero-fill it once after allocating it
   // (cudaMemset): the split-K semaphores must start at zero; every call leaves them zero again. One buffer of the
