@@ -351,8 +351,14 @@ TEST(GemmAutoRule, WgmmaBounds) {
   EXPECT_TRUE(wgmma_auto_wins(24, 2048, 2048));
   EXPECT_FALSE(wgmma_auto_wins(24, 2048, 1024));  // 2 Mi: not measured
   EXPECT_TRUE(wgmma_auto_wins(64, 4096, 1024));
-  // M 65-128 from 8 Mi, M 129-192 from 10 Mi.
+  // M 65-128 from 8 Mi, or from 4 Mi with K >= 3072 (session 44); M 129-192 from 10 Mi.
   EXPECT_FALSE(wgmma_auto_wins(65, 2048, 2048));
+  EXPECT_FALSE(wgmma_auto_wins(128, 4096, 1536));  // 6 Mi, K 1536
+  EXPECT_TRUE(wgmma_auto_wins(65, 1024, 4096));    // 4 Mi, K 4096
+  EXPECT_TRUE(wgmma_auto_wins(128, 2048, 3072));   // 6 Mi, K 3072
+  EXPECT_FALSE(wgmma_auto_wins(128, 1024, 3071));  // K 3071
+  EXPECT_FALSE(wgmma_auto_wins(128, 1023, 4096));  // just under 4 Mi
+  EXPECT_FALSE(wgmma_auto_wins(129, 1280, 4096));  // 5 Mi at M 129
   EXPECT_TRUE(wgmma_auto_wins(128, 2048, 4096));
   EXPECT_FALSE(wgmma_auto_wins(129, 2048, 4096));
   EXPECT_TRUE(wgmma_auto_wins(192, 1280, 8192));

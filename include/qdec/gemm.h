@@ -57,7 +57,10 @@ constexpr int kAutoFusedMaxM = 32;
 // split-K epilogue, docs/gemm.md "Session 43" under "The wgmma path"), by M and the weights (N x K):
 //   M in [kAutoWgmmaMinM, kAutoWgmmaTinyMaxM]      with >= kAutoWgmmaMinWeightsTinyM weights (over the fused kernel
 //                                                    up to kAutoFusedMaxM, over the dequantize path above),
-//   M <= kAutoWgmmaSmallMaxM                        with >= kAutoWgmmaMinWeightsSmallM,
+//   M <= kAutoWgmmaSmallMaxM                        with >= kAutoWgmmaMinWeightsSmallM, or >= kAutoWgmmaMinWeightsTinyM
+//                                                    and K >= kAutoWgmmaSmallMinK (session 44: on 4-7 Mi weights with
+//                                                    K >= 3072 the wgmma path took 0.79-0.97x the dequantize path's
+//                                                    time at M = 72-128, 6 shapes; with K <= 2048 0.95-1.11x, 6),
 //   M <= kAutoWgmmaMidMaxM                          with >= kAutoWgmmaMinWeightsMidM,
 //   M <= kAutoWgmmaMaxM                             with >= kAutoWgmmaMinWeights,
 // and, given the device's SM count, M in (kAutoWgmmaMidMaxM, kAutoWgmmaMaxM] with >= kAutoWgmmaOneWaveMinWeights
@@ -69,6 +72,7 @@ constexpr int kAutoWgmmaTinyMaxM = 64;
 constexpr long long kAutoWgmmaMinWeightsTinyM = 4LL << 20;
 constexpr int kAutoWgmmaSmallMaxM = 128;
 constexpr long long kAutoWgmmaMinWeightsSmallM = 8LL << 20;
+constexpr long long kAutoWgmmaSmallMinK = 3072;
 constexpr int kAutoWgmmaMidMaxM = 192;
 constexpr long long kAutoWgmmaMinWeightsMidM = 10LL << 20;
 constexpr int kAutoWgmmaMaxM = 1024;
@@ -79,7 +83,8 @@ constexpr bool wgmma_auto_wins(int m, long long n, long long k, int sm_count = 0
   const long long w = n * k;
   if (m < kAutoWgmmaMinM || m > kAutoWgmmaMaxM) return false;
   if ((m <= kAutoWgmmaTinyMaxM && w >= kAutoWgmmaMinWeightsTinyM) ||
-      (m <= kAutoWgmmaSmallMaxM && w >= kAutoWgmmaMinWeightsSmallM) ||
+      (m <= kAutoWgmmaSmallMaxM &&
+       (w >= kAutoWgmmaMinWeightsSmallM || (w >= kAutoWgmmaMinWeightsTinyM && k >= kAutoWgmmaSmallMinK))) ||
       (m <= kAutoWgmmaMidMaxM && w >= kAutoWgmmaMinWeightsMidM) || w >= kAutoWgmmaMinWeights)
     return true;
   if (sm_count <= 0 || m <= kAutoWgmmaMidMaxM || w < kAutoWgmmaOneWaveMinWeights || k < kAutoWgmmaOneWaveMinK)

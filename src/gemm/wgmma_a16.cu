@@ -12,9 +12,9 @@
 //   swizzle: wgmma's K-major B layout; rows past M and columns past K read as zero), the codes (8 row blocks x the
 //   stage's 512 or 1024 bytes; blocks past N read as zero) and the meta of the stage's group (group 32: two groups; a
 //   group past the last reads as zero). A ring of kStages stages; each warp releases a stage on its empty mbarrier once
-//   its wgmma reading it completed, and thread 0 refills the slot, except in 64- and 256-token int4 CTAs: there a
-//   third warpgroup (the producer; setmaxnreg gives the consumers its registers) refills each slot as soon as it is
-//   released (QDEC_A16_PRODUCER). (A single producer warp, the first version, made ptxas serialize the 256-token
+//   its wgmma reading it completed, and thread 0 refills the slot, except in 64-token CTAs and 256-token int4 CTAs:
+//   there a third warpgroup (the producer; setmaxnreg gives the consumers its registers) refills each slot as soon as
+//   it is released (QDEC_A16_PRODUCER). (A single producer warp, the first version, made ptxas serialize the 256-token
 //   tile's wgmma for want of registers at 288 threads, C7512. Bulk copies of 512 bytes per
 //   weight tile and per group's meta, instead of the two boxes, were slower: 4096 x 4096 at M 4096 414 against 307 µs,
 //   28672 x 4096 at M 64 64.2 against 57.2, though the box build already paid for the fp32 dequantization below.)
@@ -70,11 +70,12 @@
 #ifndef QDEC_A16_SETS
 #define QDEC_A16_SETS 4
 #endif
-// QDEC_A16_PRODUCER (build knob, 1; 0 for A/B variant builds): 64- and 256-token CTAs with int4 weights get a third
+// QDEC_A16_PRODUCER (build knob, 1; 0 for A/B variant builds): 64-token CTAs and 256-token int4 CTAs get a third
 // warpgroup whose first thread refills the ring as soon as every consumer warp released a slot, instead of consumer
 // thread 0 refilling at its next stage's start. H200, session 44: int4 0.92x the time at 256 tokens (M = 256-1024),
-// 0.98x at 64 (M = 24-64); int8 at 256 tokens 1.01-1.06x, so int8 keeps consumer thread 0 as its producer. 128-token
-// CTAs run two per SM, and at 384 threads ptxas has 80 registers for their 64 accumulators (C7602).
+// 0.98x at 64 (M = 24-64), int8 0.97x at 64; int8 at 256 tokens 1.01-1.06x, so there int8 keeps consumer thread 0 as
+// its producer. 128-token CTAs run two per SM, and at 384 threads ptxas has 80 registers for their 64 accumulators
+// (C7602).
 #ifndef QDEC_A16_PRODUCER
 #define QDEC_A16_PRODUCER 1
 #endif
@@ -112,8 +113,8 @@ struct A16Config {
   static constexpr int kStages = T == 256                          ? (kBits == 4 ? QDEC_A16_T256_STAGES_I4 : 5)
                                  : (T == 128 && QDEC_A16_T128_TWO) ? 4
                                                                    : 6;
-  // A producer warpgroup after the two consumer warpgroups (QDEC_A16_PRODUCER: 64- and 256-token CTAs, int4 weights).
-  static constexpr bool kProducer = kBits == 4 && T != 128 && QDEC_A16_PRODUCER;
+  // A producer warpgroup after the two consumer warpgroups (QDEC_A16_PRODUCER: 64-token CTAs, 256-token int4 CTAs).
+  static constexpr bool kProducer = (kBits == 4 || T == 64) && T != 128 && QDEC_A16_PRODUCER;
   static constexpr int kThreads = kA16Threads + (kProducer ? 128 : 0);
   // setmaxnreg counts per thread: the producer's and the consumers' (one CTA per SM: 40 + 2 x 232 <= 3 x 168; two:
   // 24 + 2 x 104 <= 3 x 80).
