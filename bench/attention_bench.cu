@@ -37,6 +37,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -326,6 +327,7 @@ bool has_value(double x) {
 
 struct TimeStats {
   double median_us = 0, min_us = 0, mean_us = 0, max_us = 0;
+  double sm_mhz = 0;  // time_launches: the SM clock right after the timed launches (a clock probe); 0 = not read
   std::vector<double> times_us;
 };
 
@@ -782,6 +784,10 @@ TimeStats time_launches(const AttentionBenchOptions& opts, cudaStream_t stream, 
                         const std::function<Status(int)>& launch) {
   // Warm-up: opts.warmup launches, then batches of them until opts.warmup_ms have passed, so that the timed
   // launches run at the clock a busy GPU holds (a decode loop's), not while it ramps up after the set-up.
+  if (opts.cool_ms > 0) {  // an idle GPU first, so that the clock does not depend on the cases before this one
+    BENCH_CUDA(cudaStreamSynchronize(stream));
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opts.cool_ms));
+  }
   const auto warm_start = std::chrono::steady_clock::now();
   for (int i = 0; i < opts.warmup; ++i) check_status(launch(i), what);
   BENCH_CUDA(cudaGetLastError());
@@ -818,9 +824,20 @@ TimeStats time_launches(const AttentionBenchOptions& opts, cudaStream_t stream, 
                       what, last - first, kHoldTimeoutNs / 1e9));
     }
   }
+  // The SM clock the batch ended at: one thread spinning a known number of cycles, between events.
+  constexpr long long kProbeCycles = 200000;
+  Event probe_start, probe_stop;
+  BENCH_CUDA(cudaEventRecord(probe_start.get(), stream));
+  clock_probe_kernel<<<1, 1, 0, stream>>>(kProbeCycles);
+  BENCH_CUDA(cudaGetLastError());
+  BENCH_CUDA(cudaEventRecord(probe_stop.get(), stream));
+  BENCH_CUDA(cudaStreamSynchronize(stream));
   std::vector<double> us;
   for (int i = 0; i < opts.iters; ++i) us.push_back(1e3 * elapsed_ms(start[i], stop[i]));
-  return summarize(std::move(us));
+  TimeStats t = summarize(std::move(us));
+  const double probe_ms = elapsed_ms(probe_start, probe_stop);
+  t.sm_mhz = probe_ms > 0 ? kProbeCycles / (1e3 * probe_ms) : 0.0;
+  return t;
 }
 
 // A CUDA graph of `reps` calls of `enqueue(j)` (j = 0..reps-1) on `stream`, replayed between events.
@@ -1161,7 +1178,11 @@ json device_json(const DeviceInfo& d) {
 }
 
 json stats_json(const TimeStats& t) {
-  return {{"median_us", t.median_us}, {"min_us", t.min_us}, {"mean_us", t.mean_us}, {"max_us", t.max_us}};
+  return {{"median_us", t.median_us},
+          {"min_us", t.min_us},
+          {"mean_us", t.mean_us},
+          {"max_us", t.max_us},
+          {"sm_mhz", t.sm_mhz}};
 }
 
 json case_json(const Shape& s, const FormatPair& fp, const AttentionBenchOptions& opts, const CaseResult& r) {
@@ -1245,14 +1266,16 @@ json case_json(const Shape& s, const FormatPair& fp, const AttentionBenchOptions
 std::string table_row(const std::string& shape, const std::string& format, const std::string& splits,
                       const std::string& median, const std::string& mb, const std::string& gbps, const std::string& pct,
                       const std::string& speedup, const std::string& vs_contig, const std::string& graph_us,
-                      const std::string& graph_pct) {
-  return fmt::format("{:<32} {:<24} {:>10} {:>11} {:>10} {:>9} {:>9} {:>7} {:>9} {:>9} {:>8}\n", shape, format, splits,
-                     median, mb, gbps, pct, speedup, vs_contig, graph_us, graph_pct);
+                      const std::string& graph_pct, const std::string& mhz) {
+  return fmt::format("{:<32} {:<24} {:>10} {:>11} {:>10} {:>9} {:>9} {:>7} {:>9} {:>9} {:>8} {:>6}\n", shape, format,
+                     splits, median, mb, gbps, pct, speedup, vs_contig, graph_us, graph_pct, mhz);
 }
 
 int run(const AttentionBenchOptions& opts, std::ostream& out) {
   if (opts.seq_len < 1) throw BenchError(fmt::format("--seq-len: {} must be >= 1", opts.seq_len));
   if (opts.iters < 1) throw BenchError(fmt::format("--iters: {} must be >= 1", opts.iters));
+  if (!(opts.cool_ms >= 0.0) || opts.cool_ms > 10000.0)
+    throw BenchError(fmt::format("--cool-ms: {} must be in 0..10000", opts.cool_ms));
   if (opts.page_order != "shuffled" && opts.page_order != "sequential")
     throw BenchError(fmt::format("--page-order: '{}' is not shuffled or sequential", opts.page_order));
   if (opts.graph_reps < 0) throw BenchError(fmt::format("--graph-reps: {} must be >= 0", opts.graph_reps));
@@ -1304,10 +1327,9 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
   out << fmt::format("launch floor: an empty kernel between the same events takes {:.2f} us (median)\n",
                      launch_floor.median_us);
   out << fmt::format(
-      "{} iterations per case after >= {} warm-up launches and >= {} ms, page size {}, splits {}, warps {}, lengths "
-      "{}, "
-      "cache {}\n\n",
-      opts.iters, opts.warmup, opts.warmup_ms, opts.page_size,
+      "{} iterations per case after {} ms idle, >= {} warm-up launches and >= {} ms, page size {}, splits {}, warps "
+      "{}, lengths {}, cache {}\n\n",
+      opts.iters, opts.cool_ms, opts.warmup, opts.warmup_ms, opts.page_size,
       opts.num_splits == 0 ? "auto" : std::to_string(opts.num_splits),
       opts.cta_warps == 0 ? "auto" : std::to_string(opts.cta_warps), opts.unequal ? "random in [T/2, T]" : "all T",
       opts.cache);
@@ -1326,6 +1348,7 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
                     {"iters", opts.iters},
                     {"warmup", opts.warmup},
                     {"warmup_ms", opts.warmup_ms},
+                    {"cool_ms", opts.cool_ms},
                     {"hold", opts.hold},
                     {"num_splits", opts.num_splits},
                     {"cta_warps", opts.cta_warps},
@@ -1393,7 +1416,7 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
     }
 
     out << table_row("shape", "format", "splits x w", "median µs", "bytes MB", "GB/s", "% ceil", "x BF16", "t/contig",
-                     "graph µs", "% graph");
+                     "graph µs", "% graph", "MHz");
     std::vector<std::string> append_lines, graph_lines, bound_lines, timeline_lines;
     const bool run_contiguous = opts.cache != "paged", run_paged = opts.cache != "contiguous";
     for (size_t si = 0; si < shapes.size(); ++si) {
@@ -1449,7 +1472,8 @@ int run(const AttentionBenchOptions& opts, std::ostream& out) {
                              has_value(r.speedup_vs_bf16) ? fmt::format("{:.2f}", r.speedup_vs_bf16) : "-",
                              has_value(r.time_vs_contiguous) ? fmt::format("{:.3f}", r.time_vs_contiguous) : "-",
                              has_value(r.graph_us) ? fmt::format("{:.2f}", r.graph_us) : "-",
-                             has_value(r.graph_us) ? fmt::format("{:.1f}", r.graph_pct_read_ceiling) : "-");
+                             has_value(r.graph_us) ? fmt::format("{:.1f}", r.graph_pct_read_ceiling) : "-",
+                             fmt::format("{:.0f}", r.time.sm_mhz));
           }
           out.flush();
           cases.push_back(case_json(shape, fp, opts, r));

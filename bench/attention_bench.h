@@ -34,6 +34,9 @@ struct AttentionBenchOptions {
   // us after 5 launches, 38.4-38.5 after 2, 5 or 25 ms); 25 ms of sustained int4 load at B >= 256 already runs
   // into the 700 W power cap (+6..12%), which 5 ms did not (docs/attention.md, v22).
   double warmup_ms = 5.0;
+  // Idle ms before each case (host sleep after a synchronize, ahead of its warm-up): every case then starts from a
+  // rested card instead of the power state the cases before it left (the MHz column). 0 = off.
+  double cool_ms = 0.0;
   int num_splits = 0;  // 0 = the library's choice; >= 1 forces a split-K count
   int cta_warps = 0;   // 0 = the library's choice; else forces DecodeAttentionParams::cta_warps
   int page_size = 64;  // tokens per tile
@@ -101,6 +104,9 @@ void add_attention_bench_options(App* app, AttentionBenchOptions* o) {
   app->add_option("--iters", o->iters, "Timed iterations per case (median and min are reported)")
       ->capture_default_str();
   app->add_option("--warmup", o->warmup, "Untimed warm-up launches per case")->capture_default_str();
+  app->add_option("--cool-ms", o->cool_ms,
+                  "Leave the GPU idle this many ms before each case, ahead of its warm-up (0 = off)")
+      ->capture_default_str();
   app->add_option("--warmup-ms", o->warmup_ms, "Keep warming up until this many ms have passed (0 = launches only)")
       ->capture_default_str();
   app->add_option("--hold", o->hold,

@@ -37,6 +37,21 @@ inline void check_status(const Status& s, std::string_view what) {
   if (!s.ok()) throw BenchError(std::string(what) + ": " + s.to_string());
 }
 
+// Idle time before a case (`--cool-ms`). Cases of M >= 1024 are compute-bound and run into the card's power cap:
+// timed right after another such case they inherit its lowered SM clock, so their speedup depended on the order of
+// the rows (docs/int8_gemm.md, "Session 45"). A negative option is the default: 250 ms of idle before each case of
+// M >= 1024 (measured enough for the clock to recover on the H200), none below; >= 0 applies to every case.
+constexpr int kAutoCoolMinM = 1024;
+constexpr double kAutoCoolMs = 250.0;
+inline double cool_ms_for(double option, int m) {
+  return option >= 0 ? option : (m >= kAutoCoolMinM ? kAutoCoolMs : 0.0);
+}
+inline std::string cool_ms_note(double option) {
+  return option >= 0 ? std::to_string(int(option)) + " ms of idle before every case"
+                     : std::to_string(int(kAutoCoolMs)) +
+                           " ms of idle before every case of M >= " + std::to_string(kAutoCoolMinM);
+}
+
 // A device buffer (cudaMalloc'd, freed with the object, movable) for a benchmark's inputs and outputs.
 class Buf {
  public:
@@ -144,6 +159,14 @@ int full_grid_blocks(Kernel kernel, int threads, int sm_count) {
 
 // The floor of any timed launch: an empty kernel between the same pair of events.
 static __global__ void empty_kernel() {}
+
+// One thread spins for `cycles` SM clock cycles: timed with events right after a batch, it reads the SM clock
+// the batch ran at (the card's clocks are never changed; short batches can run before the clock ramps up).
+static __global__ void clock_probe_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
 
 // Random bytes (a splitmix64 hash of the word index and seed) and a repeated word: inputs for timing-only runs.
 static __global__ void fill_random_words(uint32_t* p, size_t words, uint64_t seed) {

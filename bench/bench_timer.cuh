@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "bench_common.cuh"
@@ -25,14 +26,6 @@ __global__ void hold_kernel(volatile int* flag, uint64_t timeout_ns) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
     if (now - start > timeout_ns) break;
     __nanosleep(1000);
-  }
-}
-
-// One thread spins for `cycles` SM clock cycles: timed with events right after a batch, it reads the SM clock
-// the batch ran at (the card's clocks are never changed; short batches can run before the clock ramps up).
-__global__ void clock_probe_kernel(long long cycles) {
-  const long long t0 = clock64();
-  while (clock64() - t0 < cycles) {
   }
 }
 
@@ -59,6 +52,9 @@ class Timer {
   }
   // warm_ms > 0: before the timed batch, keep the GPU busy with the case itself for that long (host clock).
   void set_warm_ms(double ms) { warm_ms_ = ms; }
+  // cool_ms > 0: before a case's first launch, leave the GPU idle this long (host sleep after a synchronize), so
+  // that its clock does not depend on the power the cases before it drew. Applied before the warm-up.
+  void set_cool_ms(double ms) { cool_ms_ = ms; }
   // SM clock (MHz) read by the clock probe right after the last timed batch.
   double last_sm_mhz() const { return last_mhz_; }
 
@@ -93,6 +89,10 @@ class Timer {
 
   template <class F>
   double time(int warmup, int iters, F&& launch) {
+    if (cool_ms_ > 0) {
+      BENCH_CUDA(cudaStreamSynchronize(s_));
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(cool_ms_));
+    }
     for (int i = 0; i < warmup; ++i) launch(i);
     BENCH_CUDA(cudaStreamSynchronize(s_));
     keep_busy_until(s_, std::chrono::steady_clock::now(), warm_ms_, 8, launch);
@@ -129,6 +129,7 @@ class Timer {
   std::vector<cudaEvent_t> ev_;
   cudaEvent_t probe_[2] = {nullptr, nullptr};
   double warm_ms_ = 0.0;
+  double cool_ms_ = 0.0;
   double last_mhz_ = 0.0;
 };
 

@@ -264,6 +264,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
     cudaStream_t stream;
     BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     Timer timer(stream, o.iters);
+    if (o.warm_ms < 0) throw BenchError(fmt::format("--warm-ms {}: must be >= 0", o.warm_ms));
     timer.set_warm_ms(o.warm_ms);
     json j;
     j["device"] = {{"name", prop.name},
@@ -300,6 +301,9 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
       BENCH_CUDA(cudaGetLastError());
       j["launch_floor_us"] = floor_us;
       out << fmt::format("launch floor: {:.2f} us (empty kernel, same event timing)\n", floor_us);
+      j["cool_ms"] = o.cool_ms;
+      j["warm_ms"] = o.warm_ms;
+      out << fmt::format("cases: {}; {} ms of each case before its timed batch\n", cool_ms_note(o.cool_ms), o.warm_ms);
     }
 
     json cases = json::array();
@@ -346,6 +350,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
         }
         BENCH_CUDA(cudaStreamSynchronize(stream));
         for (int m : ms) {
+          timer.set_cool_ms(cool_ms_for(o.cool_ms, m));
           const double flops = 2.0 * m * double(sh.n) * sh.k;
           const double xy = (double(m) * sh.k + double(m) * sh.n) * 2;
           // Graph-replay timing (time_graph) for decode-sized M only; 0 = not timed.
@@ -651,6 +656,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
           BENCH_CUDA(cudaMemset(ws.get(), 0, wsb));
           p.workspace = ws.get();
           p.workspace_bytes = wsb;
+          timer.set_cool_ms(std::max(o.cool_ms, 0.0));
           const double us = timer.time(o.warmup, o.iters, [&](int) { check_status(conv2d(p, stream), "conv2d"); });
           BENCH_CUDA(cudaGetLastError());
           const double flops = 2.0 * p.batch * l.co * p.out_h() * p.out_w() * double(l.ci) * l.k * l.k;

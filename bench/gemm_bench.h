@@ -27,6 +27,7 @@ struct GemmBenchOptions {
   std::string x_staging = "auto";  // fused path, M <= 16: auto, slice or ring (GemmParams::x_staging)
   int weight_ring = 0;  // fused path: 0 = the library's choice, 4 or 8 weight tiles in flight (GemmParams::weight_ring)
   double warm_ms = 0;   // keep the GPU busy with each case this long before its timed batch (clock ramp-up)
+  double cool_ms = -1;  // leave the GPU idle this long before each case (< 0: 250 ms before each case of M >= 1024)
   bool conv = false;    // also time the ResNet-50 conv layers (qdec conv2d, fp16 input)
   bool conv_only = false;  // only the conv layers
   int conv_batch = 8;
@@ -82,6 +83,10 @@ void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
                 "their quantiles over the warps (µs from a call's first warp entry; docs/gemm.md, session 34)");
   app->add_option("--warm-ms", o->warm_ms,
                   "Run each case this many ms before timing it (lets the SM clock ramp up; see the SM MHz column)")
+      ->capture_default_str();
+  app->add_option("--cool-ms", o->cool_ms,
+                  "Leave the GPU idle this many ms before each case, so that its clock does not depend on the power "
+                  "the cases before it drew (< 0: 250 ms before each case of M >= 1024, none below)")
       ->capture_default_str();
   app->add_option("--iters", o->iters, "Timed launches per case (median reported)")->capture_default_str();
   app->add_option("--warmup", o->warmup, "Untimed launches per case")->capture_default_str();

@@ -225,6 +225,12 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
           "written); launch floor: {:.2f} us\n",
           read_gbps, copy_gbps, floor_us);
     }
+    // The ceilings above are timed as before; the cases below after their idle (cool_ms_for) and --warm-ms.
+    if (o.warm_ms < 0) throw BenchError(fmt::format("--warm-ms {}: must be >= 0", o.warm_ms));
+    timer.set_warm_ms(o.warm_ms);
+    j["warm_ms"] = o.warm_ms;
+    j["cool_ms"] = o.cool_ms;
+    out << fmt::format("cases: {}; {} ms of each case before its timed batch\n", cool_ms_note(o.cool_ms), o.warm_ms);
 
     json cases = json::array();
     if (o.gemm) {
@@ -328,6 +334,7 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
         BENCH_CUDA(cudaStreamSynchronize(stream));
 
         for (int m : ms) {
+          timer.set_cool_ms(cool_ms_for(o.cool_ms, m));
           const double flops = 2.0 * m * double(sh.n) * sh.k;
           const std::string nk = fmt::format("{}x{}", sh.n, sh.k);
           struct Row {
@@ -574,6 +581,7 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
       for (int k : rms_k) {
         for (int m : rms_m) {
           if (k < 1 || k > kActQuantMaxK || m < 1) throw BenchError(fmt::format("bad RMSNorm shape M {} K {}", m, k));
+          timer.set_cool_ms(cool_ms_for(o.cool_ms, m));
           const long long ldq = (k + 15) / 16 * 16;
           const size_t xbytes = size_t(m) * k * 2;
           const int sets = int(std::clamp<size_t>(4 * size_t(prop.l2CacheSize) / xbytes + 1, 2, 64));

@@ -30,6 +30,8 @@ struct Int8BenchOptions {
   std::vector<int> w8a8_splits;                 // W8A8 wgmma rows: the split-K counts timed (empty = the planner's)
   int iters = 30;
   int warmup = 5;
+  double warm_ms = 0;   // keep the GPU busy with each case this long before its timed batch (0 = off)
+  double cool_ms = -1;  // leave the GPU idle this long before each case (< 0: 250 ms before each case of M >= 1024)
   uint64_t seed = 0x5eed005;
   int device = 0;
   std::string json_path;
@@ -68,6 +70,14 @@ void add_int8_bench_options(App* app, Int8BenchOptions* o) {
       ->delimiter(',');
   app->add_option("--iters", o->iters, "Timed launches per case (median reported)")->capture_default_str();
   app->add_option("--warmup", o->warmup, "Untimed launches per case")->capture_default_str();
+  app->add_option("--warm-ms", o->warm_ms,
+                  "Run each case alone this many ms before timing it, so that it is timed at the SM clock it holds "
+                  "when it runs steadily (see the MHz column)")
+      ->capture_default_str();
+  app->add_option("--cool-ms", o->cool_ms,
+                  "Leave the GPU idle this many ms before each case, so that its clock does not depend on the power "
+                  "the cases before it drew (< 0: 250 ms before each case of M >= 1024, none below)")
+      ->capture_default_str();
   app->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();
   app->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
   app->add_option("--json", o->json_path, "Write every case, the device and the ceilings to this JSON file");
