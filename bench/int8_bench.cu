@@ -430,10 +430,13 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
             p.workspace = ws.get();
             p.workspace_bytes = wsb;
             const std::string path =
-                (used == W8A8Backend::kMma ? fmt::format("mma s{}", splits)
-                 : used == W8A8Backend::kWgmma
-                     ? fmt::format("wgmma{} s{}", std::string(wg_kernel) == "cooperative" ? "-coop" : "", splits)
-                     : std::string("cublaslt+epi")) +
+                (used == W8A8Backend::kMma     ? fmt::format("mma s{}", splits)
+                 : used == W8A8Backend::kWgmma ? fmt::format("wgmma{} s{}",
+                                                             std::string(wg_kernel) == "cooperative"     ? "-coop"
+                                                             : std::string(wg_kernel) == "pingpong-n160" ? "-n160"
+                                                                                                         : "",
+                                                             splits)
+                                               : std::string("cublaslt+epi")) +
                 std::string(autob == used && auto_splits == splits && std::string(auto_kernel) == wg_kernel ? "*" : "");
             timed("qdec-w8a8", path, w8_bytes, [&](int i) {
               p.x.q = xq[i % sets].as<int8_t>();

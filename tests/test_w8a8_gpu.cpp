@@ -226,6 +226,12 @@ std::vector<ChannelCase> channel_cases() {
   // an H100 / H200): one tile per SM, and M, N and K tails.
   v.push_back({1024, 4096, 8192, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16, "cooperative"});
   v.push_back({1000, 4000, 8208, W8A8Backend::kWgmma, 0, false, GemmDType::kFP32, "cooperative"});
+  // The 128 x 160 tiles (wgmma_plan takes them where 128 x 128 tiles need more rounds of the SMs: 320 tiles in 3
+  // rounds against 256 in 2 at N = 1280, M = 4096 on 132 SMs): exact tiles, and M, N and K tails (N = 1240 leaves a
+  // 120-column last tile).
+  v.push_back({4096, 1280, 256, W8A8Backend::kWgmma, 0, true, GemmDType::kBF16, "pingpong-n160"});
+  v.push_back({4000, 1240, 272, W8A8Backend::kWgmma, 0, false, GemmDType::kFP16, "pingpong-n160"});
+  v.push_back({4000, 1240, 272, W8A8Backend::kWgmma, 0, true, GemmDType::kFP32, "pingpong-n160"});
   // More units than SMs: the persistent CTAs take several tiles (and splits) each, the ring running on across them.
   v.push_back({2048, 4352, 256, W8A8Backend::kWgmma, 0, true, GemmDType::kFP16});
   v.push_back({1200, 2600, 1040, W8A8Backend::kWgmma, 2, false, GemmDType::kBF16});

@@ -101,9 +101,10 @@ struct W8A8Params {
 // Bytes of workspace the call needs (depends on the backend that M selects, and the shapes).
 Status w8a8_gemm_workspace_bytes(const W8A8Params& p, size_t* bytes);
 // The backend kAuto resolves to, and the split count (kMma, kWgmma; 1 for cuBLASLt), after validation. With kWgmma,
-// wgmma_kernel names the kernel that runs: "pingpong" (128 x 128 tiles, a consumer warpgroup per tile) or
-// "cooperative" (128 x 256 tiles, both consumers on one; long K with one or two tiles per SM); "" for the other
-// backends. Null outputs are skipped.
+// wgmma_kernel names the kernel that runs: "pingpong" (128 x 128 tiles, a consumer warpgroup per tile),
+// "pingpong-n160" (the same with 128 x 160 tiles, unsplit, where they take fewer rounds of the SMs: N = 1280 at
+// M = 4096) or "cooperative" (128 x 256 tiles, both consumers on one; long K with one or two tiles per SM); "" for
+// the other backends. Null outputs are skipped.
 Status w8a8_plan(const W8A8Params& p, W8A8Backend* backend, int* num_splits, const char** wgmma_kernel = nullptr);
 // Validate, then launch on `stream`. On error nothing is launched.
 Status w8a8_gemm(const W8A8Params& p, cudaStream_t stream);

@@ -490,7 +490,11 @@ Status w8a8_plan(const W8A8Params& p, W8A8Backend* backend, int* num_splits, con
   QDEC_RETURN_IF_ERROR(w8a8::make_plan(p, &pl));
   if (backend) *backend = pl.backend;
   if (num_splits) *num_splits = pl.backend == W8A8Backend::kMma || pl.backend == W8A8Backend::kWgmma ? pl.splits : 1;
-  if (wgmma_kernel) *wgmma_kernel = pl.backend != W8A8Backend::kWgmma ? "" : pl.wgmma.coop ? "cooperative" : "pingpong";
+  if (wgmma_kernel)
+    *wgmma_kernel = pl.backend != W8A8Backend::kWgmma ? ""
+                    : pl.wgmma.coop                   ? "cooperative"
+                    : pl.wgmma.bn == 160              ? "pingpong-n160"
+                                                      : "pingpong";
   return Status::Ok();
 }
 

@@ -58,6 +58,13 @@ constexpr int kStages = QDEC_W8A8_WGMMA_STAGES;
 constexpr int kABytes = kBM * kBK, kBBytes = kBN * kBK, kStageBytes = kABytes + kBBytes;
 constexpr int kThreadsWg = 384;
 constexpr int kSmemBytes = kStages * kStageBytes + 1024;  // + alignment slack (the ring starts 1024-byte aligned)
+// The ping-pong kernel's wide tiles: 128 x 160 (wgmma.m64n160k32, 160 accumulators per consumer thread), for N where
+// they take fewer rounds of the SMs than 128 x 128 tiles (wgmma_plan; e.g. N = 1280 at M = 4096: 256 tiles in 2 rounds
+// against 320 in 3). Same ring depth; 216 KiB of stages.
+constexpr int kWideBN = 160;
+constexpr int kWideStageBytes = kABytes + kWideBN * kBK;
+constexpr int kWideSmemBytes = kStages * kWideStageBytes + 1024;
+static_assert(kWideStageBytes % 1024 == 0, "stages of 128-byte swizzled boxes start 1024-byte aligned");
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -87,6 +94,10 @@ __device__ __forceinline__ void order_signal(int c) {
 // session 19: 16% slower over 21 cells, faster only at 4096 x 4096 x 4096 and 28672 x 4096 x 1024).
 #ifndef QDEC_W8A8_WGMMA_FORCE_COOP
 #define QDEC_W8A8_WGMMA_FORCE_COOP 0
+#endif
+// QDEC_W8A8_WGMMA_WIDE=0 (variant builds only): never plan the 128 x 160 tiles.
+#ifndef QDEC_W8A8_WGMMA_WIDE
+#define QDEC_W8A8_WGMMA_WIDE 1
 #endif
 #ifndef QDEC_W8A8_WGMMA_GROUP_M
 #define QDEC_W8A8_WGMMA_GROUP_M 8
@@ -233,15 +244,17 @@ __device__ __forceinline__ void produce(const CUtensorMap* map_x, const CUtensor
 // (two m64n128 halves) and stores it, so that one consumer's epilogue runs under the other's wgmma. The producer
 // fills the ring in unit order and both consumers take their stages in that order, so the ring's stage and phase
 // run on across units and consumers.
-template <int kY>
+template <int kY, int kTileN>
 __global__ void __launch_bounds__(kThreadsWg, 1)
     w8a8_wgmma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_x_tail,
                       const __grid_constant__ CUtensorMap map_w, const WgmmaArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(kTileN == kBN || kTileN == kWideBN, "tile widths: 128 and 160");
+  constexpr int kTileStageBytes = kABytes + kTileN * kBK;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kStages], empty_bar[kStages];
   __shared__ int is_last[2];
-  __shared__ float sw_s[2][kBN], bias_s[2][kBN], sx_s[2][kBM];
+  __shared__ float sw_s[2][kTileN], bias_s[2][kTileN], sx_s[2][kBM];
   uint8_t* ring = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const uint32_t ring_s = smem_u32(ring);
   const int tid = threadIdx.x, wg = tid / 128;
@@ -257,12 +270,12 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
   }
 #endif
   if (wg == 0) {  // producer: one thread issues every copy
-    if (tid == 0) produce<kStages, kBN>(&map_x, &map_x_tail, &map_w, a, ring_s, full_bar, empty_bar);
+    if (tid == 0) produce<kStages, kTileN>(&map_x, &map_x_tail, &map_w, a, ring_s, full_bar, empty_bar);
   } else {
     const int c = wg - 1;  // consumer c takes the CTA's units 2j + c
     const int t = tid - 128 * wg, lane = tid % 32, w = t / 32;
-    int g = 0;                // k-steps of the CTA's units before this one (both consumers')
-    uint32_t d0[64], d1[64];  // rows 0..63 and 64..127 of the tile
+    int g = 0;                                // k-steps of the CTA's units before this one (both consumers')
+    uint32_t d0[kTileN / 2], d1[kTileN / 2];  // rows 0..63 and 64..127 of the tile
     auto release = [&](int step) { mbar_arrive(smem_u32(&empty_bar[step % kStages])); };
     int local = 0;
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++local) {
@@ -276,21 +289,35 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
       const int split = u % a.splits;
       int mb, nb;
       raster(u / a.splits, a.tiles_m, a.tiles_n, &mb, &nb);
-      const int m0 = mb * kBM, n0 = nb * kBN;
+      const int m0 = mb * kBM, n0 = nb * kTileN;
       const float sw_t = n0 + t < a.n ? a.w_scale[n0 + t] : 0.0f;
       const float bias_t = a.bias && n0 + t < a.n ? a.bias[n0 + t] : 0.0f;
       const float sx_t = m0 + t < a.m ? a.x_scale[m0 + t] : 0.0f;
+      // Wide tiles: threads t < kTileN - 128 also take column 128 + t.
+      float sw_t2 = 0.0f, bias_t2 = 0.0f;
+      if constexpr (kTileN > kBN) {
+        const int c2 = n0 + kBN + t;
+        if (kBN + t < kTileN && c2 < a.n) {
+          sw_t2 = a.w_scale[c2];
+          bias_t2 = a.bias ? a.bias[c2] : 0.0f;
+        }
+      }
       if (local > 0) order_wait(c);  // unit local - 1 is the other consumer's
       for (int i = 0; i < nkt; ++i, ++g) {
         const int s = g % kStages;
         mbar_wait(smem_u32(&full_bar[s]), (g / kStages) & 1);
-        const uint32_t stage = ring_s + s * kStageBytes;
+        const uint32_t stage = ring_s + s * kTileStageBytes;
         const uint64_t da0 = sw128_desc(stage), da1 = sw128_desc(stage + 64 * kBK), db = sw128_desc(stage + kABytes);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < kBK / 32; ++kk) {  // 32 bytes of K per instruction: +2 in the descriptor's address field
-          wgmma_m64n128k32_s8(d0, da0 + 2 * kk, db + 2 * kk, i > 0 || kk > 0);  // the unit's first step overwrites d
-          wgmma_m64n128k32_s8(d1, da1 + 2 * kk, db + 2 * kk, i > 0 || kk > 0);
+          if constexpr (kTileN == kBN) {
+            wgmma_m64n128k32_s8(d0, da0 + 2 * kk, db + 2 * kk, i > 0 || kk > 0);  // the unit's first step overwrites d
+            wgmma_m64n128k32_s8(d1, da1 + 2 * kk, db + 2 * kk, i > 0 || kk > 0);
+          } else {
+            wgmma_m64n160k32_s8(d0, da0 + 2 * kk, db + 2 * kk, i > 0 || kk > 0);
+            wgmma_m64n160k32_s8(d1, da1 + 2 * kk, db + 2 * kk, i > 0 || kk > 0);
+          }
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         // Keep this step's group in flight; the previous one is complete now, so its stage goes back to the producer.
@@ -304,19 +331,22 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
       // Split-K: every split stores its partial; the last split of the tile to arrive (a counter) adds the others'
       // partials to its registers and applies the epilogue, then re-arms the counter.
       const int tile = mb * a.tiles_n + nb;
-      if (a.splits > 1) {
-        int4* mine = a.partials + (size_t(tile) * a.splits + split) * kPartialChunks + t;
-        store_partial<16, 128>(d0, mine);
-        store_partial<16, 128>(d1, mine + 16 * 128);
-        const bool last = ptx::split_arrive(a.counters + tile, a.splits, t == 0, &is_last[c], [c] { consumer_bar(c); });
-        consumer_bar(c);  // is_last[c] is read by all before thread 0 may set it for the next unit
-        if (!last) continue;
-        if (t == 0) a.counters[tile] = 0;
-        for (int s = 0; s < a.splits; ++s) {
-          if (s == split) continue;
-          const int4* other = a.partials + (size_t(tile) * a.splits + s) * kPartialChunks + t;
-          add_partial<16, 128>(d0, other);
-          add_partial<16, 128>(d1, other + 16 * 128);
+      if constexpr (kTileN == kBN) {  // wide tiles are planned unsplit
+        if (a.splits > 1) {
+          int4* mine = a.partials + (size_t(tile) * a.splits + split) * kPartialChunks + t;
+          store_partial<16, 128>(d0, mine);
+          store_partial<16, 128>(d1, mine + 16 * 128);
+          const bool last =
+              ptx::split_arrive(a.counters + tile, a.splits, t == 0, &is_last[c], [c] { consumer_bar(c); });
+          consumer_bar(c);  // is_last[c] is read by all before thread 0 may set it for the next unit
+          if (!last) continue;
+          if (t == 0) a.counters[tile] = 0;
+          for (int s = 0; s < a.splits; ++s) {
+            if (s == split) continue;
+            const int4* other = a.partials + (size_t(tile) * a.splits + s) * kPartialChunks + t;
+            add_partial<16, 128>(d0, other);
+            add_partial<16, 128>(d1, other + 16 * 128);
+          }
         }
       }
 
@@ -326,10 +356,16 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
       sw_s[c][t] = sw_t;
       bias_s[c][t] = bias_t;
       sx_s[c][t] = sx_t;
+      if constexpr (kTileN > kBN) {
+        if (kBN + t < kTileN) {
+          sw_s[c][kBN + t] = sw_t2;
+          bias_s[c][kBN + t] = bias_t2;
+        }
+      }
       consumer_bar(c);
       const int rt0 = w * 16 + lane / 4;
-      store_rows<kY, 16>(d0, a, rt0, m0, n0, sx_s[c], sw_s[c], bias_s[c]);
-      store_rows<kY, 16>(d1, a, 64 + rt0, m0, n0, sx_s[c], sw_s[c], bias_s[c]);
+      store_rows<kY, kTileN / 8>(d0, a, rt0, m0, n0, sx_s[c], sw_s[c], bias_s[c]);
+      store_rows<kY, kTileN / 8>(d1, a, 64 + rt0, m0, n0, sx_s[c], sw_s[c], bias_s[c]);
     }
   }  // consumers
 #endif
@@ -432,7 +468,9 @@ __global__ void __launch_bounds__(kThreadsWg, 1)
 
 using Kernel = void (*)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const WgmmaArgs);
 // Dispatch list: one instantiation per output dtype (GemmDType order: bf16, fp16, fp32).
-constexpr Kernel kKernels[3] = {w8a8_wgmma_kernel<0>, w8a8_wgmma_kernel<1>, w8a8_wgmma_kernel<2>};
+constexpr Kernel kKernels[3] = {w8a8_wgmma_kernel<0, kBN>, w8a8_wgmma_kernel<1, kBN>, w8a8_wgmma_kernel<2, kBN>};
+constexpr Kernel kWideKernels[3] = {w8a8_wgmma_kernel<0, kWideBN>, w8a8_wgmma_kernel<1, kWideBN>,
+                                    w8a8_wgmma_kernel<2, kWideBN>};
 constexpr Kernel kCoopKernels[3] = {w8a8_wgmma_coop_kernel<0>, w8a8_wgmma_coop_kernel<1>, w8a8_wgmma_coop_kernel<2>};
 
 // The kernels' dynamic shared memory limit, set once per process and device (the attribute is per device); after
@@ -447,6 +485,8 @@ Status set_smem_attributes() {
   std::lock_guard<std::mutex> lock(mu);
   for (Kernel f : kKernels)
     QDEC_CUDA_RETURN(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  for (Kernel f : kWideKernels)
+    QDEC_CUDA_RETURN(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kWideSmemBytes));
   for (Kernel f : kCoopKernels)
     QDEC_CUDA_RETURN(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kCoopSmemBytes));
   done.fetch_or(bit, std::memory_order_release);
@@ -502,7 +542,7 @@ Status int8_tensor_map(CUtensorMap* map, const int8_t* base, int rows, int k, lo
 }
 
 Status wgmma_supported() {
-  return sm90a_kernel_status<w8a8_wgmma_kernel<0>>("w8a8 wgmma backend");
+  return sm90a_kernel_status<w8a8_wgmma_kernel<0, kBN>>("w8a8 wgmma backend");
 }
 
 Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* pl) {
@@ -523,10 +563,20 @@ Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* pl) {
                  ? num_splits == 0
                  : num_splits == 0 && pl->nk >= 64 && 10 * coop_tiles >= 9 * sms && coop_tiles <= 2 * sms &&
                        coop_tiles * pp_rounds >= pp_tiles * coop_rounds;  // tiles per round: coop's >= the ping-pong's
-  pl->tiles_n = pl->coop ? (n + kCoopBN - 1) / kCoopBN : (n + kBN - 1) / kBN;
+  // Wide tiles (128 x 160) where the 128 x 128 tiles take more than one round and the wide ones cost at most 0.9x
+  // their rounds x width (the busiest SM's MACs): e.g. N = 1280 at M = 4096, 2 rounds of 256 tiles against 3 of 320.
+  // Unsplit: the rule needs more 128 x 128 tiles than SMs, where the split search below keeps one split anyway.
+  const long long wide_tiles = static_cast<long long>(pl->tiles_m) * ((n + kWideBN - 1) / kWideBN);
+  const long long wide_rounds = (wide_tiles + sms - 1) / sms;
+  pl->bn = kBN;
+  if (QDEC_W8A8_WGMMA_WIDE && !pl->coop && num_splits == 0 && pp_tiles > sms &&
+      10 * wide_rounds * kWideBN <= 9 * pp_rounds * kBN)
+    pl->bn = kWideBN;
+  pl->tiles_n = pl->coop ? (n + kCoopBN - 1) / kCoopBN : (n + pl->bn - 1) / pl->bn;
   const long long chunks = pl->coop ? kCoopPartialChunks : kPartialChunks;
   const long long tiles = static_cast<long long>(pl->tiles_m) * pl->tiles_n;
   int splits = num_splits;
+  if (splits == 0 && pl->bn == kWideBN) splits = 1;
   if (splits == 0) {
     // Estimated time in k-steps (one 128 x 128 x 128 step): rounds of units over the SMs x (k-steps per split + ~4
     // for the epilogue and the first loads + ~12 per round for a split's partial: its 64 KiB store, the fence, and
@@ -579,7 +629,10 @@ Status wgmma_launch(const WgmmaArgs& args, const WgmmaPlan& pl, const int8_t* xq
   if (args.m % kBM != 0)
     QDEC_RETURN_IF_ERROR(int8_tensor_map(&mx_tail, xq, args.m, args.k, ldq, kBK, args.m % kBM,
                                          CU_TENSOR_MAP_SWIZZLE_128B, "w8a8 x tail"));
-  QDEC_RETURN_IF_ERROR(int8_tensor_map(&mw, wq, args.n, args.k, ldw, kBK, pl.coop ? kCoopBN : kBN,
+  if (!pl.coop && pl.bn != kBN && (pl.bn != kWideBN || pl.splits != 1))
+    return Status(StatusCode::kInvalidArgument, "w8a8 wgmma: plan with tile width " + std::to_string(pl.bn) + " and " +
+                                                    std::to_string(pl.splits) + " splits");
+  QDEC_RETURN_IF_ERROR(int8_tensor_map(&mw, wq, args.n, args.k, ldw, kBK, pl.coop ? kCoopBN : pl.bn,
                                        CU_TENSOR_MAP_SWIZZLE_128B, "w8a8 w"));
   WgmmaArgs a = args;
   a.tiles_m = pl.tiles_m;
@@ -598,6 +651,8 @@ Status wgmma_launch(const WgmmaArgs& args, const WgmmaPlan& pl, const int8_t* xq
   QDEC_RETURN_IF_ERROR(set_smem_attributes());
   if (pl.coop) {
     kCoopKernels[a.y_dtype]<<<pl.grid, kThreadsWg, kCoopSmemBytes, stream>>>(mx, mx_tail, mw, a);
+  } else if (pl.bn == kWideBN) {
+    kWideKernels[a.y_dtype]<<<pl.grid, kThreadsWg, kWideSmemBytes, stream>>>(mx, mx_tail, mw, a);
   } else {
     kKernels[a.y_dtype]<<<pl.grid, kThreadsWg, kSmemBytes, stream>>>(mx, mx_tail, mw, a);
   }

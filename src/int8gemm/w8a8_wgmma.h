@@ -34,6 +34,7 @@ struct WgmmaArgs {
 struct WgmmaPlan {
   int tiles_m = 0, tiles_n = 0, nk = 0, splits = 1, kt_per_split = 0, grid = 0;
   bool coop = false;
+  int bn = 128;  // the ping-pong kernel's tile width: 128, or 160 (unsplit; wgmma_plan)
   size_t counters_bytes = 0, ws_bytes = 0;
 };
 Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* plan);

@@ -1,7 +1,7 @@
 // The int8 warpgroup MMA of sm_90a used by src/int8gemm/w8a8_wgmma.cu, src/int8gemm/w4a8_wgmma.cu (and
 // bench/wgmma_probe.cu): shared-memory descriptors of K-major tiles (128- or 64-byte swizzle, or none), the TMA's 2-D
 // box load and its mbarriers, and wgmma.m64nNk32.s32.s8.s8 with B from shared memory and A from shared memory (SS, N =
-// 128, 256) or registers (RS, N = 64, 128, 256). Compile the callers for sm_90a only.
+// 128, 160, 256) or registers (RS, N = 64, 128, 256). Compile the callers for sm_90a only.
 #pragma once
 
 #include <cuda.h>
@@ -118,6 +118,23 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// The 80 accumulator registers of m64n160 (the W8A8 kernel's 128 x 160 tiles).
+#define QDEC_WGMMA_D80_REGS                                                                                          \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%" \
+  "30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%" \
+  "58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79}"
+#define QDEC_WGMMA_D80_OPERANDS(d)                                                                            \
+  "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), \
+      "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]),  \
+      "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), \
+      "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), \
+      "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), \
+      "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), \
+      "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), \
+      "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]), "+r"(d[64]), \
+      "+r"(d[65]), "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71]), "+r"(d[72]), \
+      "+r"(d[73]), "+r"(d[74]), "+r"(d[75]), "+r"(d[76]), "+r"(d[77]), "+r"(d[78]), "+r"(d[79])
+
 // d (64x256 int32 of this warpgroup) (+)= A (64x32 s8, K-major, smem) * B (256x32 s8, K-major, smem)^T.
 __device__ __forceinline__ void wgmma_m64n256k32_s8(uint32_t (&d)[128], uint64_t desc_a, uint64_t desc_b,
                                                     int accumulate) {
@@ -150,6 +167,17 @@ __device__ __forceinline__ void wgmma_m64n128k32_s8(uint32_t (&d)[64], uint64_t 
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " QDEC_WGMMA_D64_REGS ", %64, %65, p;\n}\n"
       : QDEC_WGMMA_D64_OPERANDS(d)
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// d (64x160 int32) (+)= A (64x32 s8, K-major, smem) * B (160x32 s8, K-major, smem)^T (the W8A8 kernel's 128 x 160
+// tiles, for N where they fill the SMs' rounds better than 128 x 128: wgmma_plan).
+__device__ __forceinline__ void wgmma_m64n160k32_s8(uint32_t (&d)[80], uint64_t desc_a, uint64_t desc_b,
+                                                    int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n160k32.s32.s8.s8 " QDEC_WGMMA_D80_REGS ", %80, %81, p;\n}\n"
+      : QDEC_WGMMA_D80_OPERANDS(d)
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
