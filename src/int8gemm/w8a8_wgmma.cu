@@ -2,7 +2,8 @@
 //
 //   Y[M, N] = (fp32(acc) * s_x[m]) * s_w[n] (+ bias[n]),  acc = Xq[M, K] . Wq[N, K]^T in int32 (channel_epilogue)
 //
-// Tiles of 128 (M) x 128 (N), K in steps of 128 bytes through a kStages-deep shared-memory ring filled by TMA
+// Tiles of 128 (M) x 128 (N) (or x 160 where those take fewer rounds of the SMs, e.g. N = 1280 at M = 4096:
+// wgmma_plan), K in steps of 128 bytes through a kStages-deep shared-memory ring filled by TMA
 // (cp.async.bulk.tensor, 128-byte swizzle) and drained by wgmma.m64n128k32.s32.s8.s8 with both operands read from
 // shared memory (K-major, the layout X and W have in memory). 3 warpgroups: warpgroup 0's first thread issues the
 // copies (full / empty mbarrier pairs per stage); warpgroups 1 and 2 are consumers that take the CTA's tiles in
