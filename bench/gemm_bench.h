@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_clock_options.h"
+
 namespace qdec::bench {
 
 struct GemmBenchOptions {
@@ -81,13 +83,7 @@ void add_gemm_bench_options(App* app, GemmBenchOptions* o) {
                 "M <= 16, library built with -DQDEC_FUSED_TIMELINE=ON: after each fused case, 7 single calls that "
                 "record every warp's phase boundaries, and the same for the --read-bound read; prints the medians of "
                 "their quantiles over the warps (µs from a call's first warp entry; docs/gemm.md, session 34)");
-  app->add_option("--warm-ms", o->warm_ms,
-                  "Run each case this many ms before timing it (lets the SM clock ramp up; see the SM MHz column)")
-      ->capture_default_str();
-  app->add_option("--cool-ms", o->cool_ms,
-                  "Leave the GPU idle this many ms before each case, so that its clock does not depend on the power "
-                  "the cases before it drew (< 0: 250 ms before each case of M >= 1024, none below)")
-      ->capture_default_str();
+  add_clock_state_options(app, &o->warm_ms, &o->cool_ms);
   app->add_option("--iters", o->iters, "Timed launches per case (median reported)")->capture_default_str();
   app->add_option("--warmup", o->warmup, "Untimed launches per case")->capture_default_str();
   app->add_option("--graph-reps", o->graph_reps,

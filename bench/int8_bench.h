@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_clock_options.h"
+
 namespace qdec::bench {
 
 struct Int8BenchOptions {
@@ -70,14 +72,7 @@ void add_int8_bench_options(App* app, Int8BenchOptions* o) {
       ->delimiter(',');
   app->add_option("--iters", o->iters, "Timed launches per case (median reported)")->capture_default_str();
   app->add_option("--warmup", o->warmup, "Untimed launches per case")->capture_default_str();
-  app->add_option("--warm-ms", o->warm_ms,
-                  "Run each case alone this many ms before timing it, so that it is timed at the SM clock it holds "
-                  "when it runs steadily (see the MHz column)")
-      ->capture_default_str();
-  app->add_option("--cool-ms", o->cool_ms,
-                  "Leave the GPU idle this many ms before each case, so that its clock does not depend on the power "
-                  "the cases before it drew (< 0: 250 ms before each case of M >= 1024, none below)")
-      ->capture_default_str();
+  add_clock_state_options(app, &o->warm_ms, &o->cool_ms);
   app->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();
   app->add_option("--device", o->device, "CUDA device ordinal")->capture_default_str();
   app->add_option("--json", o->json_path, "Write every case, the device and the ceilings to this JSON file");
