@@ -577,7 +577,7 @@ Status wgmma_plan(int m, int n, int k, int num_splits, WgmmaPlan* pl) {
   const long long chunks = pl->coop ? kCoopPartialChunks : kPartialChunks;
   const long long tiles = static_cast<long long>(pl->tiles_m) * pl->tiles_n;
   int splits = num_splits;
-  if (splits == 0 && pl->bn == kWideBN) splits = 1;
+  if (splits == 0 && pl->bn == kWideBN) splits = 1;  // the wide kernel has no split-K path (wgmma_launch relies on it)
   if (splits == 0) {
     // Estimated time in k-steps (one 128 x 128 x 128 step): rounds of units over the SMs x (k-steps per split + ~4
     // for the epilogue and the first loads + ~12 per round for a split's partial: its 64 KiB store, the fence, and
@@ -630,9 +630,6 @@ Status wgmma_launch(const WgmmaArgs& args, const WgmmaPlan& pl, const int8_t* xq
   if (args.m % kBM != 0)
     QDEC_RETURN_IF_ERROR(int8_tensor_map(&mx_tail, xq, args.m, args.k, ldq, kBK, args.m % kBM,
                                          CU_TENSOR_MAP_SWIZZLE_128B, "w8a8 x tail"));
-  if (!pl.coop && pl.bn != kBN && (pl.bn != kWideBN || pl.splits != 1))
-    return Status(StatusCode::kInvalidArgument, "w8a8 wgmma: plan with tile width " + std::to_string(pl.bn) + " and " +
-                                                    std::to_string(pl.splits) + " splits");
   QDEC_RETURN_IF_ERROR(int8_tensor_map(&mw, wq, args.n, args.k, ldw, kBK, pl.coop ? kCoopBN : pl.bn,
                                        CU_TENSOR_MAP_SWIZZLE_128B, "w8a8 w"));
   WgmmaArgs a = args;
