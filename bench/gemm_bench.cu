@@ -213,6 +213,7 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
     // Checked before any GPU work, so that the error is the same with or without a GPU.
     if (o.timeline && !wq::fused_timeline_built())
       throw BenchError("--timeline needs a library built with -DQDEC_FUSED_TIMELINE=ON (a probe build)");
+    if (!(o.warm_ms >= 0)) throw BenchError(fmt::format("--warm-ms: {} must be >= 0", o.warm_ms));
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -264,7 +265,6 @@ int run_gemm_bench(const GemmBenchOptions& o, std::ostream& out) {
     cudaStream_t stream;
     BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     Timer timer(stream, o.iters);
-    if (o.warm_ms < 0) throw BenchError(fmt::format("--warm-ms {}: must be >= 0", o.warm_ms));
     timer.set_warm_ms(o.warm_ms);
     json j;
     j["device"] = {{"name", prop.name},

@@ -161,6 +161,7 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
       if (sp < 1) throw BenchError(fmt::format("--w4a8-splits: split count {} is not >= 1", sp));
     for (int sp : o.w8a8_splits)
       if (sp < 0) throw BenchError(fmt::format("--w8a8-splits: split count {} is not >= 0 (0: the planner's)", sp));
+    if (!(o.warm_ms >= 0)) throw BenchError(fmt::format("--warm-ms: {} must be >= 0", o.warm_ms));
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -226,7 +227,6 @@ int run_int8_bench(const Int8BenchOptions& o, std::ostream& out) {
           read_gbps, copy_gbps, floor_us);
     }
     // The ceilings above are timed as before; the cases below after their idle (cool_ms_for) and --warm-ms.
-    if (o.warm_ms < 0) throw BenchError(fmt::format("--warm-ms {}: must be >= 0", o.warm_ms));
     timer.set_warm_ms(o.warm_ms);
     j["warm_ms"] = o.warm_ms;
     j["cool_ms"] = o.cool_ms;

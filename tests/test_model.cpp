@@ -700,6 +700,19 @@ TEST(QdecCli, BenchInt8RejectsBadSplitCounts) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
   }
 }
+
+// The benchmarks' clock-state options (--warm-ms, --cool-ms; bench/README.md) are checked the same way. The GEMM
+// benchmarks' --cool-ms takes any value (< 0: the automatic rule), the attention benchmark's 0..10000.
+TEST(QdecCli, BenchClockOptionsRejectBadValues) {
+  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"bench int8 --warm-ms -5", "--warm-ms: -5 must be >= 0"},
+           {"bench gemm --warm-ms -0.5", "--warm-ms: -0.5 must be >= 0"},
+           {"bench attention --cool-ms -1", "--cool-ms: -1 must be in 0..10000"}}) {
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.code, 1) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+  }
+}
 #endif
 #endif
 
